@@ -1,0 +1,1 @@
+"""Export nanoformer models as self-contained Hugging Face Hub repos and push them."""

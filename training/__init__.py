@@ -1,0 +1,1 @@
+"""Training, evaluation and sampling scripts for nanoformer models."""

@@ -1,0 +1,1 @@
+"""Local `evaluate` metric modules (loaded by path, so they work offline)."""
