@@ -18,3 +18,36 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder not found at {SHARED_DATA} (set NANOFORMER_SHARED_DATA)")
     return SHARED_DATA
+
+
+# Tokenizers shared by every test that needs one (built once per session, in seconds).
+@pytest.fixture(scope="session")
+def bpe_tokenizer_dir(shared_data, tmp_path_factory) -> Path:
+    """A folder holding the shared EN–ZH byte-level BPE (vocab 8000, trained on Tatoeba train, both sides)."""
+    from nanoformer.tokenization import train_bpe_tokenizer
+    from nanoformer.tokenization.corpus import read_translation_pairs
+
+    def texts():
+        for source, target in read_translation_pairs(shared_data / "tatoeba-cmn-eng" / "train.jsonl", "en", "zh"):
+            yield source
+            yield target
+
+    folder = tmp_path_factory.mktemp("bpe_tokenizer")
+    train_bpe_tokenizer(texts(), vocab_size=8000).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(bpe_tokenizer_dir):
+    """The shared EN–ZH BPE tokenizer, loaded back with AutoTokenizer from `bpe_tokenizer_dir`."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(bpe_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer(shared_data):
+    """A character tokenizer built from tiny Shakespeare (65 characters, then <unk> and <|endoftext|>)."""
+    from nanoformer.tokenization import build_char_tokenizer
+
+    return build_char_tokenizer((shared_data / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8"))

@@ -1,1 +1,6 @@
 """Tokenizers for nanoformer: a shared English–Chinese byte-level BPE and a char tokenizer."""
+
+from .bpe import SPECIAL_TOKENS, train_bpe_tokenizer
+from .char import build_char_tokenizer
+
+__all__ = ["SPECIAL_TOKENS", "build_char_tokenizer", "train_bpe_tokenizer"]
