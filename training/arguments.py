@@ -1,0 +1,74 @@
+"""Small command-line helpers shared by the training scripts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from transformers import PretrainedConfig
+
+# Bookkeeping entries of `PretrainedConfig.to_dict()` that are not model hyper-parameters.
+_NOT_OVERRIDABLE = {"transformers_version", "model_type", "architectures", "auto_map", "dtype", "torch_dtype"}
+
+
+def _convert(key: str, text: str, current: Any) -> Any:
+    """`text` converted to the type of the config's current value for `key` (JSON for None/list/dict values)."""
+    text = text.strip()
+    try:
+        if isinstance(current, bool):
+            lowered = text.lower()
+            if lowered in ("true", "1", "yes"):
+                return True
+            if lowered in ("false", "0", "no"):
+                return False
+            raise ValueError("expected true/false")
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+        if isinstance(current, str):
+            return text
+        # None, lists, dicts: JSON literal if it parses ("null", "0.1", "[1,2]"), else the raw string.
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    except ValueError as err:
+        raise ValueError(f"--config_overrides: cannot read {key}={text!r} as {type(current).__name__} ({err})") from err
+
+
+def parse_config_overrides(overrides: str | None, config: PretrainedConfig | type[PretrainedConfig]) -> dict[str, Any]:
+    """Parse ``"n_layer=6,n_embd=384,dropout=0.2"`` into typed keyword arguments for `config`.
+
+    Each value takes the type of the config's current (or default) value: ints stay ints, ``true``/``false`` become
+    bools, and fields that default to None accept JSON (``null``, numbers). Raises ValueError naming the problem for
+    an unknown key (listing the valid ones), a malformed item or an unparsable value.
+    """
+    if not overrides or not overrides.strip():
+        return {}
+    if isinstance(config, type):
+        config = config()
+    known = {k: v for k, v in config.to_dict().items() if k not in _NOT_OVERRIDABLE and not k.startswith("_")}
+    kwargs: dict[str, Any] = {}
+    for item in overrides.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--config_overrides: expected key=value items separated by commas, got {item.strip()!r}")
+        if key not in known:
+            raise ValueError(
+                f"--config_overrides: unknown key {key!r} for {type(config).__name__}; valid keys: {', '.join(sorted(known))}"
+            )
+        kwargs[key] = _convert(key, value, known[key])
+    return kwargs
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer > 0."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
