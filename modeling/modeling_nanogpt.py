@@ -1,0 +1,394 @@
+"""NanoGPT: a GPT-2 style decoder-only Transformer written like Karpathy's nanoGPT `model.py`, native to transformers.
+
+Read top to bottom: rotary embeddings → attention → MLPs → block → model → language-model head.
+One config switches between the GPT-2 layout (LayerNorm, GELU MLP, learned positions) and the LLaMA layout
+(RMSNorm, SwiGLU, RoPE). Everything transformers needs (KV cache, padding masks, `generate()`, Auto classes,
+`save_pretrained` with remote code) goes through its own machinery rather than re-implementations.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.modeling_utils import PreTrainedModel
+from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_nanogpt import NanoGPTConfig
+from .layers import get_attention_function
+
+
+def make_norm(config: NanoGPTConfig) -> nn.Module:
+    """The pre-norm used before attention, before the MLP and at the end of the stack."""
+    if config.norm_type == "rmsnorm":
+        return nn.RMSNorm(config.n_embd, eps=config.layer_norm_epsilon)
+    return nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+
+
+def positions_from_mask(attention_mask: torch.Tensor, query_length: int) -> torch.Tensor:
+    """Position ids of the last `query_length` tokens, counted from each row's first real token (left padding)."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.clamp(min=0)[:, -query_length:]
+
+
+class NanoGPTRotaryEmbedding(nn.Module):
+    """cos/sin tables of RoPE for the given positions.
+
+    The frequencies are recomputed on every call (a few dozen numbers) instead of being kept in a buffer: nothing
+    can go stale after meta-device loading, and the NTK-aware "dynamic" scaling, whose base depends on the length
+    of the sequence, needs no state.
+    """
+
+    def __init__(self, config: NanoGPTConfig):
+        super().__init__()
+        self.config = config
+        self.head_dim = config.n_embd // config.n_head
+        self.rope_type = config.rope_parameters["rope_type"]
+
+    def inverse_frequencies(self, position_ids: torch.Tensor) -> torch.Tensor:
+        if self.rope_type == "dynamic":
+            # transformers' NTK-aware scaling: identical to plain RoPE up to block_size, a larger base beyond it.
+            inv_freq, _ = ROPE_INIT_FUNCTIONS["dynamic"](
+                self.config, position_ids.device, seq_len=position_ids.max() + 1
+            )
+            return inv_freq
+        exponents = torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float) / self.head_dim
+        return 1.0 / (self.config.rope_theta**exponents)
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inverse_frequencies(position_ids)  # (B, T, head_dim/2)
+        angles = torch.cat((freqs, freqs), dim=-1)  # LLaMA's "rotate half" layout
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair of dimensions of x (B, heads, T, D) by its position's angle."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # broadcast over heads
+    return x * cos + rotate_half(x) * sin
+
+
+class NanoGPTAttention(nn.Module):
+    """Causal multi-head self-attention, with one fused Linear for q, k and v like nanoGPT's `c_attn`."""
+
+    def __init__(self, config: NanoGPTConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx  # which slot of the KV cache this layer owns
+        self.n_head = config.n_head
+        self.head_dim = config.n_embd // config.n_head
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = True  # read by the SDPA kernel when no mask is needed
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.c_proj.is_residual_projection = True  # GPT-2 init scales it down, see `_init_weights`
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T, C = hidden_states.shape
+        # (B, T, 3·C) → three (B, heads, T, head_dim) tensors
+        q, k, v = self.c_attn(hidden_states).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        if position_embeddings is not None:  # RoPE
+            cos, sin = position_embeddings
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if cache is not None:  # append this step's keys/values and attend over the whole history
+            k, v = cache.update(k, v, self.layer_idx)
+
+        attention = get_attention_function(self.config._attn_implementation)
+        y, weights = attention(
+            self,
+            q,
+            k,
+            v,
+            attention_mask,
+            scaling=self.scaling,
+            dropout=self.config.dropout if self.training else 0.0,
+            **kwargs,
+        )
+        y = y.reshape(B, T, C)  # re-assemble all head outputs side by side
+        return self.resid_dropout(self.c_proj(y)), weights
+
+
+class NanoGPTMLP(nn.Module):
+    """GPT-2's MLP: Linear(C, 4C) → GELU → Linear(4C, C)."""
+
+    def __init__(self, config: NanoGPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.intermediate_size, bias=config.bias)
+        self.act = ACT2FN[config.activation_function]
+        self.c_proj = nn.Linear(config.intermediate_size, config.n_embd, bias=config.bias)
+        self.c_proj.is_residual_projection = True
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class NanoGPTSwiGLUMLP(nn.Module):
+    """LLaMA's MLP: (SiLU(x·W_gate) ⊙ x·W_up)·W_down. W_gate and W_up share one Linear (one matmul, not two)."""
+
+    def __init__(self, config: NanoGPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 2 * config.intermediate_size, bias=config.bias)  # [gate; up]
+        self.c_proj = nn.Linear(config.intermediate_size, config.n_embd, bias=config.bias)
+        self.c_proj.is_residual_projection = True
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.c_fc(x).chunk(2, dim=-1)
+        return self.dropout(self.c_proj(F.silu(gate) * up))
+
+
+class NanoGPTBlock(GradientCheckpointingLayer):
+    """Pre-norm Transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: NanoGPTConfig, layer_idx: int):
+        super().__init__()
+        self.ln_1 = make_norm(config)
+        self.attn = NanoGPTAttention(config, layer_idx)
+        self.ln_2 = make_norm(config)
+        self.mlp = NanoGPTSwiGLUMLP(config) if config.mlp_type == "swiglu" else NanoGPTMLP(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        attn_output, _ = self.attn(self.ln_1(hidden_states), attention_mask, position_embeddings, cache, **kwargs)
+        hidden_states = hidden_states + attn_output
+        return hidden_states + self.mlp(self.ln_2(hidden_states))
+
+
+class NanoGPTPreTrainedModel(PreTrainedModel):
+    """Weight init, attention backends and checkpointing shared by [`NanoGPTModel`] and [`NanoGPTForCausalLM`]."""
+
+    config: NanoGPTConfig
+    config_class = NanoGPTConfig
+    base_model_prefix = "transformer"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["NanoGPTBlock"]
+    _supports_sdpa = True
+    _can_record_outputs = {"hidden_states": NanoGPTBlock, "attentions": NanoGPTAttention}
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # Decided per nn.Linear, because transformers only calls this on modules that own parameters.
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            if getattr(module, "is_residual_projection", False):
+                # GPT-2: each block adds two branches to the residual stream; keep its variance from growing with depth
+                std = std / math.sqrt(2 * self.config.n_layer)
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+
+
+class NanoGPTModel(NanoGPTPreTrainedModel):
+    """The Transformer without its output head: embeddings → `n_layer` blocks → final norm."""
+
+    def __init__(self, config: NanoGPTConfig):
+        super().__init__(config)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        if config.position_embedding_type == "learned":
+            self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        else:
+            self.rotary = NanoGPTRotaryEmbedding(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.h = nn.ModuleList(NanoGPTBlock(config, layer_idx) for layer_idx in range(config.n_layer))
+        self.ln_f = make_norm(config)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.wte
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.wte = value
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """`attention_mask` (B, past+T) marks real tokens with 1 and padding with 0; `position_ids` default to
+        positions counted from the mask (left padding) or to past..past+T-1; `cache` is a transformers `Cache`."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+        if inputs_embeds is None:
+            inputs_embeds = self.wte(input_ids)
+        if use_cache is None:
+            # A cache only helps the next decoding step; training would just pay for building it.
+            use_cache = self.config.use_cache and not self.training
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+
+        past_length = cache.get_seq_length() if cache is not None else 0
+        T = inputs_embeds.shape[1]
+        if self.config.position_embedding_type == "learned" and past_length + T > self.config.block_size:
+            raise ValueError(
+                f"Cannot forward a sequence of length {past_length + T}: block_size is {self.config.block_size} and "
+                "the learned position embeddings end there. Keep the last block_size tokens "
+                "(generate() does this itself), or use position_embedding_type='rope'."
+            )
+        if position_ids is None:
+            if attention_mask is not None and attention_mask.dim() == 2:
+                position_ids = positions_from_mask(attention_mask, T)
+            else:
+                position_ids = torch.arange(past_length, past_length + T, device=inputs_embeds.device).unsqueeze(0)
+
+        # None when plain causal attention is exact (SDPA then uses is_causal), otherwise a padding-aware mask.
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            cache=cache,
+            position_ids=position_ids,
+        )
+
+        position_embeddings = None
+        if self.config.position_embedding_type == "learned":
+            hidden_states = inputs_embeds + self.wpe(position_ids)
+        else:
+            hidden_states = inputs_embeds
+            position_embeddings = self.rotary(hidden_states, position_ids)
+        hidden_states = self.drop(hidden_states)
+        for block in self.h:
+            hidden_states = block(
+                hidden_states, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs
+            )
+        hidden_states = self.ln_f(hidden_states)
+        return BaseModelOutputWithPast(last_hidden_state=hidden_states, cache=cache if use_cache else None)
+
+
+class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
+    """NanoGPT with a language-modelling head tied to the token embedding; use it like `GPT2LMHeadModel`."""
+
+    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+
+    def __init__(self, config: NanoGPTConfig):
+        super().__init__(config)
+        self.transformer = NanoGPTModel(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.transformer.wte
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.transformer.wte = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """`labels` are the input ids themselves (shifted inside, -100 ignored); `logits_to_keep=n` computes
+        logits for the last n positions only (0: all)."""
+        outputs = self.transformer(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, keep, :])
+
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, **kwargs) -> dict:
+        """transformers' default, plus nanoGPT's rule for learned positions past `block_size`.
+
+        nanoGPT's `generate` feeds `idx[:, -block_size:]` to the model at every step. Learned positions stop at
+        `block_size - 1`, so once the sequence is longer, the cached keys/values (computed at other positions and
+        with a longer context) no longer fit: the cache is emptied and the last `block_size` tokens are encoded
+        again at positions 0..block_size-1, exactly like nanoGPT. RoPE has no such limit and keeps its cache.
+        """
+        model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
+        block_size = self.config.block_size
+        if (
+            self.config.position_embedding_type != "learned"
+            or input_ids.shape[1] <= block_size
+            or model_inputs.get("input_ids") is None
+        ):
+            return model_inputs
+
+        if model_inputs.get("cache") is not None:
+            model_inputs["cache"].reset()
+        model_inputs["input_ids"] = input_ids[:, -block_size:]
+        attention_mask = kwargs.get("attention_mask")
+        if attention_mask is not None:
+            model_inputs["attention_mask"] = attention_mask[:, -block_size:]
+            model_inputs["position_ids"] = positions_from_mask(model_inputs["attention_mask"], block_size)
+        else:
+            model_inputs["position_ids"] = torch.arange(block_size, device=input_ids.device).expand(len(input_ids), -1)
+        return model_inputs
+
+
+# Folders written by save_pretrained get an `auto_map` and a copy of this code (plus configuration_nanogpt.py and
+# layers.py, found through the single-dot imports), so they load with trust_remote_code=True without nanoformer.
+NanoGPTConfig.register_for_auto_class()
+NanoGPTModel.register_for_auto_class("AutoModel")
+NanoGPTForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = ["NanoGPTForCausalLM", "NanoGPTModel", "NanoGPTPreTrainedModel"]
