@@ -81,17 +81,17 @@ def read_translation_pairs(
     """Yield `(source, target)` pairs from a local `.jsonl`/`.json` (one JSON object per line), `.tsv` or `.csv` file.
 
     Malformed rows (bad JSON, missing language, wrong column count) and blank lines are skipped and counted in `stats`.
-    Raises `FileNotFoundError` for a missing file and `ValueError` for an unsupported suffix.
+    Raises `FileNotFoundError` for a missing file and `ValueError` for an unsupported suffix, at call time (before
+    the first pair is read).
     """
     path = _check_file(path)
     stats = stats if stats is not None else CorpusStats()
     suffix = path.suffix.lower()
     if suffix in JSON_SUFFIXES:
-        yield from _read_jsonl_pairs(path, source_lang, target_lang, stats)
-    elif suffix in DELIMITED_SUFFIXES:
-        yield from _read_delimited_pairs(path, DELIMITED_SUFFIXES[suffix], source_lang, target_lang, stats)
-    else:
-        raise ValueError(f"unsupported file type {suffix!r} for translation pairs ({path}): use .jsonl, .tsv or .csv")
+        return _read_jsonl_pairs(path, source_lang, target_lang, stats)
+    if suffix in DELIMITED_SUFFIXES:
+        return _read_delimited_pairs(path, DELIMITED_SUFFIXES[suffix], source_lang, target_lang, stats)
+    raise ValueError(f"unsupported file type {suffix!r} for translation pairs ({path}): use .jsonl, .tsv or .csv")
 
 
 def _read_jsonl_pairs(path: Path, source_lang: str, target_lang: str, stats: CorpusStats) -> Iterator[tuple[str, str]]:
@@ -136,9 +136,15 @@ def _read_delimited_pairs(
 
 
 def read_text_lines(path: str | os.PathLike, *, stats: CorpusStats | None = None) -> Iterator[str]:
-    """Yield the lines of a plain text file without their line ending; blank lines are skipped and counted."""
+    """Yield the lines of a plain text file without their line ending; blank lines are skipped and counted.
+
+    Raises `FileNotFoundError` at call time for a missing file.
+    """
     path = _check_file(path)
-    stats = stats if stats is not None else CorpusStats()
+    return _read_lines(path, stats if stats is not None else CorpusStats())
+
+
+def _read_lines(path: Path, stats: CorpusStats) -> Iterator[str]:
     with path.open(encoding="utf-8") as f:
         for line in f:
             line = line.rstrip("\r\n")
@@ -160,7 +166,8 @@ def read_hub_translation_pairs(
 ) -> Iterator[tuple[str, str]]:
     """Stream `(source, target)` pairs from a Hub dataset with a `translation` column (e.g. `wmt/wmt19`, `zh-en`).
 
-    Raises `ConnectionError` with a hint to use a local `--train_file` when the Hub cannot be reached.
+    The dataset is opened at call time, so `ConnectionError` (with a hint to use a local `--train_file`) is raised
+    before any pair is read when the Hub cannot be reached.
     """
     import datasets  # imported here: the local readers do not need it
 
@@ -172,6 +179,10 @@ def read_hub_translation_pairs(
             f"could not load Hub dataset {dataset_name!r} (config {dataset_config_name!r}, split {split!r}): {error}. "
             "If you are offline (HF_HUB_OFFLINE=1 or no network), pass a local JSONL/TSV file with --train_file."
         ) from error
+    return _hub_pairs(dataset, source_lang, target_lang, stats)
+
+
+def _hub_pairs(dataset, source_lang: str, target_lang: str, stats: CorpusStats) -> Iterator[tuple[str, str]]:
     for row in dataset:
         pair = _pair_from_row(row, source_lang, target_lang)
         if isinstance(pair, str):

@@ -1,0 +1,117 @@
+"""Train and save a tokenizer from the command line.
+
+    # shared EN–ZH BPE from local files (JSONL {"translation": {"en": ..., "zh": ...}}, TSV/CSV, or plain .txt lines)
+    python -m nanoformer.tokenization train --train_file ../shared/data/tatoeba-cmn-eng/train.jsonl \\
+        --vocab_size 8000 --output_dir tok-8k
+    # ... or streamed from the Hub
+    python -m nanoformer.tokenization train --dataset_name wmt/wmt19 --dataset_config_name zh-en \\
+        --max_train_samples 2000000 --vocab_size 37000 --output_dir tok-37k
+    # character tokenizer (nanoGPT shakespeare_char)
+    python -m nanoformer.tokenization char --train_file ../shared/data/tinyshakespeare/input.txt --output_dir tok-char
+
+The output folder loads with `AutoTokenizer.from_pretrained(output_dir)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .bpe import train_bpe_tokenizer
+from .char import build_char_tokenizer
+from .corpus import (
+    DELIMITED_SUFFIXES,
+    JSON_SUFFIXES,
+    CorpusStats,
+    read_hub_translation_pairs,
+    read_text_lines,
+    read_translation_pairs,
+)
+
+logger = logging.getLogger("nanoformer.tokenization")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m nanoformer.tokenization", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train the shared byte-level BPE on both sides of a parallel corpus")
+    data = train.add_mutually_exclusive_group(required=True)
+    data.add_argument("--train_file", nargs="+", help="local .jsonl/.json, .tsv/.csv (pairs) or other (text lines)")
+    data.add_argument("--dataset_name", help="a Hub dataset with a 'translation' column, streamed (e.g. wmt/wmt19)")
+    train.add_argument("--dataset_config_name", help="the Hub dataset config (e.g. zh-en)")
+    train.add_argument("--dataset_split", default="train")
+    train.add_argument("--source_lang", default="en")
+    train.add_argument("--target_lang", default="zh")
+    train.add_argument("--vocab_size", type=int, default=37000)
+    train.add_argument("--max_train_samples", type=int, help="read at most this many pairs (or lines)")
+    train.add_argument("--model_max_length", type=int, default=1024)
+    train.add_argument("--output_dir", required=True)
+
+    char = commands.add_parser("char", help="build a character tokenizer from a text file (one id per character)")
+    char.add_argument("--train_file", required=True)
+    char.add_argument("--model_max_length", type=int, default=1024)
+    char.add_argument("--output_dir", required=True)
+    return parser.parse_args(argv)
+
+
+def _training_texts(args: argparse.Namespace, stats: CorpusStats) -> Iterator[str]:
+    """Both sides of every pair (or every line of a text file), as one stream; errors surface before training."""
+    if args.dataset_name:
+        sources = [
+            read_hub_translation_pairs(
+                args.dataset_name,
+                args.dataset_config_name,
+                args.source_lang,
+                args.target_lang,
+                split=args.dataset_split,
+                stats=stats,
+            )
+        ]
+    else:
+        sources = []
+        for path in args.train_file:  # open every file now, so a missing one fails before training starts
+            is_pairs = Path(path).suffix.lower() in JSON_SUFFIXES or Path(path).suffix.lower() in DELIMITED_SUFFIXES
+            if is_pairs:
+                sources.append(read_translation_pairs(path, args.source_lang, args.target_lang, stats=stats))
+            else:
+                sources.append((line,) for line in read_text_lines(path, stats=stats))
+    rows = itertools.islice(itertools.chain.from_iterable(sources), args.max_train_samples)
+    for row in tqdm(rows, desc="reading", unit=" rows", total=args.max_train_samples):
+        yield from row
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        if args.command == "train":
+            stats = CorpusStats()
+            texts = _training_texts(args, stats)
+            start = time.perf_counter()
+            tokenizer = train_bpe_tokenizer(texts, args.vocab_size, model_max_length=args.model_max_length)
+            elapsed = time.perf_counter() - start
+            # Malformed rows are skipped, never silently: the count (by reason) is a warning.
+            logger.log(logging.WARNING if stats.num_skipped else logging.INFO, "read %s", stats)
+            logger.info("trained a %d-token BPE in %.1fs", len(tokenizer), elapsed)
+        else:
+            path = Path(args.train_file)
+            if not path.is_file():
+                raise FileNotFoundError(f"training file not found: {path}")
+            tokenizer = build_char_tokenizer(path.read_text(encoding="utf-8"), model_max_length=args.model_max_length)
+            logger.info("built a character tokenizer: %d characters + 2 specials", len(tokenizer) - 2)
+    except (FileNotFoundError, ValueError, ConnectionError) as error:
+        sys.exit(f"error: {error}")
+    tokenizer.save_pretrained(args.output_dir)
+    logger.info("saved to %s", args.output_dir)
+
+
+if __name__ == "__main__":
+    main()
