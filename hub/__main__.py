@@ -1,0 +1,86 @@
+"""Command line: `python -m nanoformer.hub {export,push} ...` (see `--help`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def _metric(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {text!r}") from None
+
+
+def _export(args: argparse.Namespace) -> None:
+    import nanoformer.modeling  # noqa: F401  (registers the nanoformer classes with the Auto classes)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from .export import export_for_hub
+
+    # trust_remote_code=False: the classes come from the installed nanoformer, never from the checkpoint's files.
+    config = AutoConfig.from_pretrained(args.checkpoint, trust_remote_code=False)
+    auto_model = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    model = auto_model.from_pretrained(args.checkpoint, trust_remote_code=False)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.checkpoint, trust_remote_code=False)
+    folder = export_for_hub(
+        model, tokenizer, args.output_dir, metrics=dict(args.metric), datasets=args.dataset or None,
+        sacrebleu_signature=args.sacrebleu_signature, figures=args.figure, repo_id=args.repo_id,
+        overwrite=args.overwrite,
+    )
+    print(f"exported {args.checkpoint} to {folder}")
+
+
+def _push(args: argparse.Namespace) -> None:
+    from .push import push_to_hub
+
+    commit = push_to_hub(args.folder, args.repo_id, private=args.private, token=args.token,
+                         commit_message=args.commit_message)
+    print(f"pushed {args.folder} to {args.repo_id}: {commit.commit_url}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nanoformer.hub", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    export = sub.add_parser("export", help="write a trained checkpoint as a self-contained Hub model repo")
+    export.add_argument("checkpoint", type=Path, help="a save_pretrained folder of a nanoformer model")
+    export.add_argument("output_dir", type=Path)
+    export.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint)")
+    export.add_argument("--metric", type=_metric, action="append", default=[], metavar="NAME=NUMBER",
+                        help="an evaluation result for the model card (repeatable), e.g. bleu=21.3")
+    export.add_argument("--sacrebleu_signature", help="the sacreBLEU signature of the BLEU score")
+    export.add_argument("--dataset", action="append", help="Hub id of a training dataset (repeatable)")
+    export.add_argument("--figure", type=Path, action="append", help="an image to show in the card (repeatable)")
+    export.add_argument("--repo_id", help="Hub id for the card's usage snippet")
+    export.add_argument("--overwrite", action="store_true", help="replace a previous export in OUTPUT_DIR")
+    export.set_defaults(run=_export)
+
+    push = sub.add_parser("push", help="upload an exported folder (HF_ENDPOINT, HF_TOKEN are honoured)")
+    push.add_argument("folder", type=Path)
+    push.add_argument("repo_id", help="e.g. your-username/nanoformer-en-zh")
+    push.add_argument("--private", action="store_true")
+    push.add_argument("--token", help="a Hugging Face token (default: HF_TOKEN or `hf auth login`)")
+    push.add_argument("--commit_message", default="Upload nanoformer model")
+    push.set_defaults(run=_push)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from .push import HubPushError
+
+    try:
+        args.run(args)
+    except (HubPushError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""`export_for_hub`: write a trained model + tokenizer as a complete, self-contained Hugging Face Hub model repo.
+
+The folder holds safetensors weights (never pickles), `config.json` with an `auto_map` for `trust_remote_code`, the
+model's own `.py` files (flat, single-dot relative imports only, so they load where nanoformer is not installed),
+the tokenizer files, `generation_config.json`, and a model card `README.md`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import math
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedConfig, PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from .model_card import CAUSAL_LM, TRANSLATOR, ModelKind, build_model_card, check_metrics
+
+logger = logging.getLogger(__name__)
+
+# Files that can only be read by unpickling; a Hub repo of ours must never contain one.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz")
+
+
+def model_kind(model: PreTrainedModel) -> ModelKind:
+    """Encoder–decoder models are published as translators, decoder-only ones as causal LMs."""
+    if getattr(model.config, "is_encoder_decoder", False):
+        return TRANSLATOR
+    if not hasattr(model, "generate"):
+        raise TypeError(f"{type(model).__name__} cannot generate; export a …ForCausalLM / …ForConditionalGeneration")
+    return CAUSAL_LM
+
+
+@contextmanager
+def _registered_for_auto_classes(model: PreTrainedModel, auto_class: str) -> Iterator[None]:
+    """Register the config and model classes for `auto_map` while saving, then restore what was there before.
+
+    `save_pretrained` writes `auto_map` and copies the defining `.py` files only for registered classes.
+    """
+    classes = [(type(model.config), "AutoConfig"), (type(model), auto_class)]
+    missing = object()
+    saved = [(cls, cls.__dict__.get("_auto_class", missing)) for cls, _ in classes]
+    try:
+        for cls, name in classes:
+            cls.register_for_auto_class(name)
+        yield
+    finally:
+        for cls, previous in saved:
+            if previous is missing:
+                del cls._auto_class
+            else:
+                cls._auto_class = previous
+
+
+def check_no_pickles(folder: Path) -> None:
+    """Raise if any file under `folder` could only be loaded by unpickling it."""
+    found = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)
+    if found:
+        raise RuntimeError(f"{folder} contains pickle-based files {found}; a Hub export must use safetensors only")
+    if not any(folder.glob("*.safetensors")):
+        raise RuntimeError(f"{folder} has no .safetensors weights")
+
+
+def check_remote_code(folder: Path) -> list[str]:
+    """Check that the copied `.py` files form a self-contained, flat module set; return their names.
+
+    transformers copies and resolves only `from .module import X` (single dot); `from . import x`, `from ..x` and
+    absolute imports of our own package would fail on a machine without nanoformer.
+    """
+    config = json.loads((folder / "config.json").read_text())
+    modules = {spec.split(".")[0] for spec in config.get("auto_map", {}).values()}
+    modules |= {spec["impl"].split(".")[0] for spec in (config.get("custom_pipelines") or {}).values()}
+    problems = [f"{name}.py (named in config.json) is missing" for name in sorted(modules)
+                if not (folder / f"{name}.py").is_file()]
+    py_files = sorted(folder.glob("*.py"))
+    for path in py_files:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                if node.level > 1 or node.module is None:
+                    problems.append(f"{path.name}:{node.lineno}: use `from .module import name` (single dot)")
+                elif not (folder / f"{node.module.replace('.', '/')}.py").is_file():
+                    problems.append(f"{path.name}:{node.lineno}: imports .{node.module}, which was not copied")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                if any(name and name.split(".")[0] == "nanoformer" for name in names):
+                    problems.append(f"{path.name}:{node.lineno}: absolute `nanoformer` import breaks remote code")
+    if problems:
+        raise RuntimeError(f"remote code in {folder} is not self-contained: " + "; ".join(problems))
+    return [p.name for p in py_files]
+
+
+def _architecture(config: PreTrainedConfig) -> dict[str, Any]:
+    """The model-specific config fields (those a plain PreTrainedConfig does not have), for the card."""
+    generic = set(PreTrainedConfig().to_dict()) | {"auto_map", "custom_pipelines", "architectures", "dtype"}
+    return {key: value for key, value in config.to_dict().items()
+            if key not in generic and isinstance(value, (int, float, str, bool))}
+
+
+def _prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
+    if output_dir.exists() and any(output_dir.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True to replace a previous export")
+        if not (output_dir / "config.json").is_file():
+            raise FileExistsError(f"{output_dir} is not empty and does not look like a previous export; not deleting it")
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+
+def export_for_hub(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: str | Path,
+    *,
+    metrics: Mapping[str, float] | None = None,
+    datasets: Sequence[str] | None = None,
+    sacrebleu_signature: str | None = None,
+    eval_dataset: Mapping[str, str] | None = None,
+    training_args: Mapping[str, Any] | None = None,
+    figures: Sequence[str | Path] | None = None,
+    repo_id: str | None = None,
+    model_name: str | None = None,
+    tags: Sequence[str] | None = None,
+    description: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write `model` and `tokenizer` to `output_dir` as a complete Hub model repo and return the folder.
+
+    Args:
+        model: a nanoformer `NanoGPTForCausalLM` or `TranslatorForConditionalGeneration` (any transformers model with
+            its own `.py` files works); encoder–decoder models are published as `translation`, others as
+            `text-generation`.
+        tokenizer: the tokenizer to ship (its files are saved next to the weights).
+        output_dir: the folder to write; it must be empty or absent (or a previous export, with `overwrite=True`).
+        metrics: flat name → number dict (e.g. `{"bleu": 21.3}` or `{"eval_loss": 1.47}`). Every entry appears
+            unchanged in the card's `model-index`; for a causal LM with `eval_loss` and no `perplexity`, the
+            perplexity `exp(eval_loss)` is added.
+        datasets: Hub ids of the training data for the card (default: Tatoeba for the translator, tiny Shakespeare
+            for the LM); also selects the attribution paragraphs.
+        sacrebleu_signature: the sacreBLEU signature of the BLEU score, attached to the BLEU entry.
+        eval_dataset: `{"type", "name", "split"?, "config"?}` of the evaluation set used for `metrics`.
+        training_args: the training recipe (name → value) shown in the card.
+        figures: image files (e.g. loss curves) copied to `figures/` and shown in the card.
+        repo_id: the Hub id used in the card's usage snippet (default `your-username/<folder name>`).
+        model_name, tags, description: card title, extra tags, and summary paragraph.
+        overwrite: replace a previous export at `output_dir`.
+    """
+    output_dir = Path(output_dir)
+    kind = model_kind(model)
+    metrics = check_metrics(metrics)
+    if kind is CAUSAL_LM and "eval_loss" in metrics and "perplexity" not in metrics:
+        metrics["perplexity"] = math.exp(metrics["eval_loss"])
+    figures = [Path(f) for f in figures or []]
+    for figure in figures:
+        if not figure.is_file():
+            raise FileNotFoundError(f"figure {figure} does not exist")
+    repo_id = repo_id or f"your-username/{output_dir.resolve().name}"
+    _prepare_output_dir(output_dir, overwrite)
+
+    with _registered_for_auto_classes(model, kind.auto_class):
+        model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    if not (output_dir / "generation_config.json").is_file():
+        model.generation_config.save_pretrained(output_dir)
+
+    config = json.loads((output_dir / "config.json").read_text())
+    auto_map = config.get("auto_map", {})
+    for auto_class in ("AutoConfig", kind.auto_class):
+        if auto_class not in auto_map:
+            raise RuntimeError(f"config.json auto_map lacks {auto_class}: {auto_map}")
+    if kind is TRANSLATOR and "translation" not in (config.get("custom_pipelines") or {}):
+        raise RuntimeError("the translator's config.json has no custom_pipelines['translation']")
+    check_remote_code(output_dir)
+    check_no_pickles(output_dir)
+
+    figure_paths = []
+    for figure in figures:
+        (output_dir / "figures").mkdir(exist_ok=True)
+        shutil.copy2(figure, output_dir / "figures" / figure.name)
+        figure_paths.append(f"figures/{figure.name}")
+
+    card = build_model_card(
+        kind,
+        model_name=model_name or repo_id.split("/")[-1],
+        repo_id=repo_id,
+        metrics=metrics,
+        sacrebleu_signature=sacrebleu_signature,
+        datasets=datasets,
+        eval_dataset=eval_dataset,
+        tags=tags,
+        architecture=_architecture(model.config),
+        num_parameters=model.num_parameters(),
+        training_args=training_args,
+        figures=figure_paths,
+        description=description,
+    )
+    card.save(output_dir / "README.md")
+    logger.info("exported %s (%s) to %s", type(model).__name__, kind.pipeline_tag, output_dir)
+    return output_dir
