@@ -19,12 +19,12 @@ from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-from transformers.modeling_utils import PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_nanogpt import NanoGPTConfig
-from .layers import get_attention_function
+from .layers import eager_attention_forward
 
 
 def make_norm(config: NanoGPTConfig) -> nn.Module:
@@ -114,7 +114,9 @@ class NanoGPTAttention(nn.Module):
         if cache is not None:  # append this step's keys/values and attend over the whole history
             k, v = cache.update(k, v, self.layer_idx)
 
-        attention = get_attention_function(self.config._attn_implementation)
+        # "sdpa" by default, "eager" as the readable fallback. Spelled out here (not via layers.get_attention_function)
+        # because transformers only lets `set_attn_implementation` switch models whose file contains this call.
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         y, weights = attention(
             self,
             q,

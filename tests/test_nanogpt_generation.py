@@ -1,0 +1,125 @@
+"""generate() with NanoGPT: KV cache, beams, left padding, past block_size, attention backends."""
+
+import pytest
+import torch
+from nanogpt_helpers import BLOCK, VARIANTS, prompts, sharp_model
+
+PAD = 0
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def model(request):
+    return sharp_model(request.param)
+
+
+def greedy(model, input_ids, **kwargs):
+    out = model.generate(
+        input_ids,
+        do_sample=False,
+        output_scores=True,
+        return_dict_in_generate=True,
+        pad_token_id=PAD,
+        **kwargs,
+    )
+    return out.sequences, torch.stack(out.scores, dim=1)
+
+
+def test_context_matters(model):
+    """Guard for the tests below: with these weights, the first token changes the last position's logits."""
+    x = prompts(1, 8)
+    y = x.clone()
+    y[0, 0] = (x[0, 0] % 60) + 1
+    with torch.no_grad():
+        diff = (model(x).logits[0, -1] - model(y).logits[0, -1]).abs().max()
+    assert diff > 0.1
+
+
+def test_greedy_same_with_and_without_cache(model):
+    x = prompts(2, 5)
+    cached, cached_scores = greedy(model, x, max_new_tokens=10, use_cache=True)
+    uncached, uncached_scores = greedy(model, x, max_new_tokens=10, use_cache=False)
+    assert torch.equal(cached, uncached)
+    torch.testing.assert_close(cached_scores, uncached_scores, atol=1e-4, rtol=1e-4)
+
+
+def test_beam4_same_with_and_without_cache(model):
+    x = prompts(2, 5)
+    kwargs = {"max_new_tokens": 8, "num_beams": 4, "num_return_sequences": 4, "do_sample": False, "pad_token_id": PAD}
+    cached = model.generate(x, use_cache=True, output_scores=True, return_dict_in_generate=True, **kwargs)
+    uncached = model.generate(x, use_cache=False, output_scores=True, return_dict_in_generate=True, **kwargs)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_left_padded_row_generates_like_the_prompt_alone(model, num_beams):
+    short, long = prompts(1, 4, seed=2), prompts(1, 7, seed=3)
+    batch = torch.cat([torch.cat([torch.full((1, 3), PAD), short], dim=1), long])
+    mask = (torch.arange(7) >= torch.tensor([[3], [0]])).long()
+    kwargs = {"max_new_tokens": 8, "num_beams": num_beams, "do_sample": False, "pad_token_id": PAD}
+    together = model.generate(batch, attention_mask=mask, **kwargs)
+    alone_short = model.generate(short, **kwargs)
+    alone_long = model.generate(long, **kwargs)
+    assert torch.equal(together[0, 7:], alone_short[0, 4:])
+    assert torch.equal(together[1, 7:], alone_long[0, 7:])
+
+
+def nanogpt_reference_generate(model, idx, max_new_tokens, block_size):
+    """nanoGPT's generate loop with argmax: crop to the last block_size tokens, full forward, no cache."""
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(idx[:, -block_size:], use_cache=False).logits[:, -1, :]
+            idx = torch.cat([idx, logits.argmax(dim=-1, keepdim=True)], dim=1)
+    return idx
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_past_block_size(model, use_cache):
+    x = prompts(2, 5)
+    new = BLOCK + 50
+    out = model.generate(x, max_new_tokens=new, do_sample=False, pad_token_id=PAD, use_cache=use_cache)
+    assert out.shape == (2, 5 + new)
+    if model.config.position_embedding_type == "learned":
+        assert torch.equal(out, nanogpt_reference_generate(model, x, new, BLOCK))
+    else:  # RoPE keeps the whole history in its cache: the cached run equals full recomputation
+        reference = model.generate(x, max_new_tokens=new, do_sample=False, pad_token_id=PAD, use_cache=not use_cache)
+        assert torch.equal(out, reference)
+
+
+def test_learned_positions_past_block_size_with_left_padding():
+    model = sharp_model("gpt2")
+    short, long = prompts(1, 4, seed=2), prompts(1, 7, seed=3)
+    batch = torch.cat([torch.cat([torch.full((1, 3), PAD), short], dim=1), long])
+    mask = (torch.arange(7) >= torch.tensor([[3], [0]])).long()
+    new = BLOCK + 10
+    together = model.generate(batch, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=PAD)
+    assert torch.equal(together[0, 3:], nanogpt_reference_generate(model, short, new, BLOCK)[0])
+    assert torch.equal(together[1], nanogpt_reference_generate(model, long, new, BLOCK)[0])
+
+
+def test_eager_and_sdpa_agree(model):
+    x = prompts(2, 9)
+    mask = torch.ones_like(x)
+    mask[0, :4] = 0
+    eager = sharp_model("gpt2" if model.config.position_embedding_type == "learned" else "llama")
+    eager.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "sdpa" and eager.config._attn_implementation == "eager"
+    with torch.no_grad():
+        torch.testing.assert_close(eager(x).logits, model(x).logits)
+        real = mask.bool()  # padded positions attend to nothing; their outputs are meaningless in both
+        torch.testing.assert_close(
+            eager(x, attention_mask=mask).logits[real], model(x, attention_mask=mask).logits[real]
+        )
+    kwargs = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": PAD}
+    assert torch.equal(
+        eager.generate(x, attention_mask=mask, **kwargs), model.generate(x, attention_mask=mask, **kwargs)
+    )
+
+
+def test_logits_to_keep_and_hidden_states(model):
+    x = prompts(2, 9)
+    with torch.no_grad():
+        full = model(x, output_hidden_states=True)
+        last = model(x, logits_to_keep=1)
+    torch.testing.assert_close(last.logits, full.logits[:, -1:])
+    assert len(full.hidden_states) == model.config.n_layer + 1
