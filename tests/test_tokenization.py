@@ -64,6 +64,10 @@ def test_bpe_source_and_labels_end_with_eos(bpe_tokenizer):
     for labels in batch["labels"]:
         assert labels[-1] == bpe_tokenizer.eos_token_id
         assert labels.count(bpe_tokenizer.eos_token_id) == 1
+    # Truncation keeps the </s>: the template's specials are counted in max_length.
+    cut = bpe_tokenizer("a b c d e f g h", text_target="我们今天去北京看长城", max_length=4, truncation=True)
+    assert len(cut["input_ids"]) == len(cut["labels"]) == 4
+    assert cut["input_ids"][-1] == cut["labels"][-1] == bpe_tokenizer.eos_token_id
 
 
 def test_bpe_empty_string_is_just_eos(bpe_tokenizer):

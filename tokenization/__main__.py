@@ -50,14 +50,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--dataset_split", default="train")
     train.add_argument("--source_lang", default="en")
     train.add_argument("--target_lang", default="zh")
-    train.add_argument("--vocab_size", type=int, default=37000)
+    train.add_argument("--vocab_size", type=int, default=37000, help="exact size, 4 specials included (default: 37000)")
     train.add_argument("--max_train_samples", type=int, help="read at most this many pairs (or lines)")
-    train.add_argument("--model_max_length", type=int, default=1024)
+    train.add_argument("--model_max_length", type=int, default=1024, help="length truncation=True cuts to")
     train.add_argument("--output_dir", required=True)
 
     char = commands.add_parser("char", help="build a character tokenizer from a text file (one id per character)")
     char.add_argument("--train_file", required=True)
-    char.add_argument("--model_max_length", type=int, default=1024)
+    char.add_argument("--model_max_length", type=int, default=1024, help="the model's block size")
     char.add_argument("--output_dir", required=True)
     return parser.parse_args(argv)
 

@@ -78,7 +78,7 @@ def read_translation_pairs(
     *,
     stats: CorpusStats | None = None,
 ) -> Iterator[tuple[str, str]]:
-    """Yield `(source, target)` pairs from a local `.jsonl`/`.json` (one JSON object per line), `.tsv` or `.csv` file.
+    """Stream `(source, target)` pairs from a local `.jsonl`/`.json` (one JSON object per line), `.tsv` or `.csv` file.
 
     Malformed rows (bad JSON, missing language, wrong column count) and blank lines are skipped and counted in `stats`.
     Raises `FileNotFoundError` for a missing file and `ValueError` for an unsupported suffix, at call time (before
@@ -136,7 +136,7 @@ def _read_delimited_pairs(
 
 
 def read_text_lines(path: str | os.PathLike, *, stats: CorpusStats | None = None) -> Iterator[str]:
-    """Yield the lines of a plain text file without their line ending; blank lines are skipped and counted.
+    """Stream the lines of a plain text file without their line ending; blank lines are skipped and counted.
 
     Raises `FileNotFoundError` at call time for a missing file.
     """
