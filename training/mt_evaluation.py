@@ -1,0 +1,113 @@
+"""Translation evaluation shared by `train_mt.py` and `score_mt.py`: batched decoding, sacreBLEU, validation loss.
+
+BLEU goes through `evaluate` with the metric module this package ships (`metrics/sacrebleu_zh.py`, loaded by path, so
+it works offline); it wraps `sacrebleu` with the ``zh`` tokenizer and returns the sacreBLEU signature with the score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SACREBLEU_METRIC_PATH = str(Path(__file__).resolve().parent / "metrics" / "sacrebleu_zh.py")
+ZH_SCRIPTS = ("as-is", "simplified", "traditional")
+EXTRA_TARGET_TOKENS = 50  # the paper's length bound: at most source length + 50 output tokens (§6.1)
+
+
+def zh_script_converter(zh_script: str) -> Callable[[str], str] | None:
+    """An OpenCC converter for ``--zh_script``: "simplified" (t2s), "traditional" (s2t) or None for "as-is"."""
+    if zh_script not in ZH_SCRIPTS:
+        raise ValueError(f"--zh_script must be one of {ZH_SCRIPTS}, got {zh_script!r}")
+    if zh_script == "as-is":
+        return None
+    import opencc
+
+    return opencc.OpenCC("t2s" if zh_script == "simplified" else "s2t").convert
+
+
+def load_bleu_metric():
+    """The shipped sacreBLEU metric as an `evaluate` module (loaded from its file path: no network needed)."""
+    import evaluate
+
+    return evaluate.load(SACREBLEU_METRIC_PATH)
+
+
+def compute_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], *, tokenize: str = "zh", chrf: bool = False
+) -> dict[str, Any]:
+    """Corpus BLEU (and chrF with ``chrf=True``) of `hypotheses` against one reference each, with the signature."""
+    metric = load_bleu_metric()
+    return metric.compute(
+        predictions=list(hypotheses), references=[[r] for r in references], tokenize=tokenize, chrf=chrf
+    )
+
+
+@torch.no_grad()
+def translate(
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    *,
+    num_beams: int = 4,
+    batch_size: int = 64,
+    max_source_length: int | None = None,
+    max_target_length: int | None = None,
+    device: torch.device | str | None = None,
+) -> list[str]:
+    """Translate `sources` in batches of similar length (sorted, then restored to the input order).
+
+    Each batch decodes at most ``source length + 50`` new tokens (the paper's bound), capped at `max_target_length`.
+    """
+    if not sources:
+        return []
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    encoded = tokenizer(list(sources), truncation=max_source_length is not None, max_length=max_source_length)[
+        "input_ids"
+    ]
+    order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
+    outputs: list[str] = [""] * len(sources)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = tokenizer.pad({"input_ids": [encoded[i] for i in idx]}, return_tensors="pt").to(device)
+        max_new = batch["input_ids"].shape[1] + EXTRA_TARGET_TOKENS
+        if max_target_length is not None:
+            max_new = min(max_new, max_target_length)
+        generated = model.generate(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            num_beams=num_beams,
+            max_new_tokens=max_new,
+            do_sample=False,
+        )
+        for i, text in zip(idx, tokenizer.batch_decode(generated, skip_special_tokens=True)):
+            outputs[i] = text.strip()
+    model.train(was_training)
+    return outputs
+
+
+@torch.no_grad()
+def nll_sums(model, batch: dict[str, torch.Tensor]) -> tuple[float, int]:
+    """Summed (not label-smoothed) negative log-likelihood of a batch's labels, and the number of label tokens."""
+    labels = batch["labels"]
+    unwrapped = getattr(model, "module", model)
+    decoder_input_ids = unwrapped.prepare_decoder_input_ids_from_labels(labels)
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder_input_ids
+    ).logits
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="sum")
+    return float(loss), int(labels.ne(-100).sum())
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss), inf on overflow."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return float("inf")
