@@ -1,0 +1,379 @@
+"""Behaviour of the translator model: cache, padding, loss, tying, save/load, errors, attention-logit monitor."""
+
+import json
+
+import pytest
+import torch
+from nanoformer.modeling import (
+    TranslatorConfig,
+    TranslatorForConditionalGeneration,
+    TranslatorModel,
+    shift_tokens_right,
+)
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+VOCAB, PAD, BOS, EOS = 40, 0, 2, 3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine spinning threads make each
+    op ~10x slower."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+VARIANTS = {
+    "post_ln": {},
+    "pre_ln": {"norm_first": True},
+    "qk_norm": {"qk_norm": True},
+}
+
+
+def tiny_config(**overrides) -> TranslatorConfig:
+    settings = dict(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+    )
+    settings.update(overrides)
+    return TranslatorConfig(**settings)
+
+
+def contextful_model(seed: int = 0, attn_implementation: str = "sdpa", **overrides) -> TranslatorForConditionalGeneration:
+    """A random model whose next-token logits clearly depend on the source and on the decoded prefix.
+
+    Attention projections are scaled up (×2), so that agreeing outputs are evidence, not a coincidence of a model
+    that ignores its context; the helper asserts that dependence.
+    """
+    torch.manual_seed(seed)
+    model = TranslatorForConditionalGeneration(tiny_config(**overrides)).eval()
+    model.set_attn_implementation(attn_implementation)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("qkv_proj.weight", "kv_proj.weight", "q_proj.weight")):
+                param.mul_(2.0)
+    src = torch.tensor([[5, 9, 14, 7, 22, 3]])
+    dec = torch.tensor([[BOS, 11, 30, 8, 17]])
+    logits = model(input_ids=src, decoder_input_ids=dec).logits[0, -1]
+    other_src = model(input_ids=src.roll(1, dims=1), decoder_input_ids=dec).logits[0, -1]
+    other_prefix = model(input_ids=src, decoder_input_ids=torch.tensor([[BOS, 12, 30, 8, 17]])).logits[0, -1]
+    assert (logits - other_src).abs().max() > 0.05, "test model ignores its source"
+    assert (logits - other_prefix).abs().max() > 0.02, "test model ignores its decoded prefix"
+    return model
+
+
+def sources() -> tuple[torch.Tensor, torch.Tensor]:
+    """A right-padded batch: row 0 has 5 tokens + 3 pads, row 1 has 8 tokens."""
+    input_ids = torch.tensor([[6, 17, 25, 9, EOS, PAD, PAD, PAD], [12, 7, 33, 21, 8, 30, 15, EOS]])
+    return input_ids, input_ids.ne(PAD).long()
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_config_defaults_are_transformer_base():
+    config = TranslatorConfig()
+    assert (config.d_model, config.encoder_layers, config.decoder_layers) == (512, 6, 6)
+    assert (config.encoder_attention_heads, config.encoder_ffn_dim, config.dropout) == (8, 2048, 0.1)
+    assert (config.pad_token_id, config.bos_token_id, config.eos_token_id, config.decoder_start_token_id) == (0, 2, 3, 2)
+    assert config.norm_first is False and config.qk_norm is False and config.tie_word_embeddings is True
+    assert config.activation_function == "relu" and config.scale_embedding and config.label_smoothing == 0.0
+    assert config.is_encoder_decoder and config.num_hidden_layers == 6
+    assert AutoConfig.for_model("translator", d_model=64, encoder_attention_heads=4, decoder_attention_heads=4).d_model == 64
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("encoder_attention_heads", 5),  # does not divide d_model=32
+        ("decoder_attention_heads", 3),
+        ("d_model", 0),
+        ("encoder_layers", 0),
+        ("decoder_ffn_dim", -1),
+        ("dropout", 1.0),
+        ("attention_dropout", -0.1),
+        ("label_smoothing", 1.5),
+        ("activation_function", "no_such_activation"),
+        ("eos_token_id", VOCAB),
+        ("pad_token_id", None),
+        ("max_position_embeddings", 0),
+        ("layer_norm_eps", 0.0),
+    ],
+)
+def test_bad_config_raises_value_error_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        tiny_config(**{field: value})
+
+
+# ---------------------------------------------------------------- generation: cache and padding
+
+
+def _generate(model, input_ids, attention_mask, use_cache, num_beams):
+    out = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache, num_beams=num_beams,
+        length_penalty=0.6, min_new_tokens=10, max_new_tokens=10, return_dict_in_generate=True, output_scores=True,
+    )
+    # Per-step scores over the whole vocabulary (beam: running beam scores), not just the chosen tokens.
+    return out.sequences, torch.stack(out.scores, dim=1)
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cached_generation_equals_uncached(variant, attn_implementation):
+    model = contextful_model(attn_implementation=attn_implementation, **VARIANTS[variant])
+    input_ids, attention_mask = sources()
+    for num_beams in (1, 4):
+        cached_ids, cached_scores = _generate(model, input_ids, attention_mask, True, num_beams)
+        plain_ids, plain_scores = _generate(model, input_ids, attention_mask, False, num_beams)
+        assert torch.equal(cached_ids, plain_ids), f"{variant} num_beams={num_beams}"
+        torch.testing.assert_close(cached_scores, plain_scores, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_step_by_step_cached_logits_equal_full_forward(variant):
+    """Teacher-forced: feeding an arbitrary target one token at a time through the cache gives the full-pass logits."""
+    model = contextful_model(**VARIANTS[variant])
+    input_ids, attention_mask = sources()
+    dec = torch.tensor([[BOS, 7, 19, 4, 30, 11, 25], [BOS, 9, 9, 1, 38, 16, 5]])
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec, use_cache=False).logits
+    encoder_outputs = model.get_encoder()(input_ids, attention_mask)
+    cache, steps = None, []
+    for t in range(dec.shape[1]):
+        out = model(attention_mask=attention_mask, encoder_outputs=encoder_outputs, decoder_input_ids=dec[:, t : t + 1],
+                    cache=cache, use_cache=True)
+        cache = out.cache
+        steps.append(out.logits)
+    assert cache.get_seq_length() == dec.shape[1]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_right_padded_source_decodes_like_unpadded(variant):
+    model = contextful_model(**VARIANTS[variant])
+    input_ids, attention_mask = sources()
+    alone = input_ids[:1, :5]
+    for num_beams in (1, 4):
+        batch_ids, batch_scores = _generate(model, input_ids, attention_mask, True, num_beams)
+        alone_ids, alone_scores = _generate(model, alone, None, True, num_beams)
+        assert torch.equal(batch_ids[:1], alone_ids)
+        torch.testing.assert_close(batch_scores[:num_beams], alone_scores, rtol=1e-4, atol=1e-4)
+    # Same through a plain forward, and the mask is derived from pad ids when not given.
+    dec = torch.tensor([[BOS, 7, 19, 4]]).expand(2, -1)
+    padded = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec).logits[0]
+    inferred = model(input_ids=input_ids, decoder_input_ids=dec).logits[0]
+    unpadded = model(input_ids=alone, decoder_input_ids=dec[:1]).logits[0]
+    torch.testing.assert_close(padded, unpadded, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(inferred, unpadded, rtol=1e-5, atol=1e-5)
+
+
+def test_eager_and_sdpa_agree_with_padding():
+    input_ids, attention_mask = sources()
+    dec = torch.tensor([[BOS, 7, 19, 4], [BOS, 9, 9, 1]])
+    logits = [
+        contextful_model(attn_implementation=impl, norm_first=True)(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec
+        ).logits
+        for impl in ("sdpa", "eager")
+    ]
+    torch.testing.assert_close(logits[0], logits[1], rtol=1e-5, atol=1e-5)
+
+
+def test_cross_attention_keys_values_are_computed_once_per_generate():
+    model = contextful_model()
+    input_ids, attention_mask = sources()
+    calls = []
+    handle = model.model.decoder.layers[0].cross_attn.kv_proj.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        for num_beams in (1, 4):
+            for use_cache, expected in ((True, 1), (False, 6)):
+                calls.clear()
+                model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
+                               use_cache=use_cache, min_new_tokens=6, max_new_tokens=6)
+                assert len(calls) == expected, f"num_beams={num_beams} use_cache={use_cache}"
+    finally:
+        handle.remove()
+
+
+def test_default_generation_follows_the_paper():
+    model = contextful_model()
+    config = model.generation_config
+    assert (config.num_beams, config.length_penalty, config.early_stopping) == (4, 0.6, True)
+    assert config.decoder_start_token_id == BOS and config.forced_eos_token_id == EOS
+    input_ids, attention_mask = sources()
+    # No length given: at most source length + 50 new tokens (here forced to the bound with min_new_tokens).
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, min_new_tokens=8 + 50)
+    assert out.shape[1] == 1 + 8 + 50
+    assert torch.all(out[:, -1] == EOS)  # a hypothesis cut by the bound is closed with </s>
+    # Explicit lengths are honoured.
+    assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3).shape[1] <= 4
+    assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_length=5).shape[1] <= 5
+    # generate() with no arguments at all = beam 4 with lp 0.6 and the source-length bound.
+    short = torch.tensor([[6, 17, EOS]])
+    default = model.generate(short)
+    explicit = model.generate(short, num_beams=4, length_penalty=0.6, early_stopping=True, max_new_tokens=3 + 50)
+    assert torch.equal(default, explicit)
+    assert not torch.equal(default, model.generate(short, num_beams=1, max_new_tokens=3 + 50))
+
+
+# ---------------------------------------------------------------- loss
+
+
+def test_loss_equals_hand_computed_cross_entropy():
+    model = contextful_model()
+    input_ids, attention_mask = sources()
+    labels = torch.tensor([[7, 19, 4, EOS, -100, -100], [9, 9, 11, 12, 13, EOS]])
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+
+    # Teacher forcing input is the labels shifted right behind <s>, with -100 turned into pad.
+    dec = torch.tensor([[BOS, 7, 19, 4, EOS, PAD], [BOS, 9, 9, 11, 12, 13]])
+    assert torch.equal(shift_tokens_right(labels, PAD, BOS), dec)
+    assert torch.equal(model.prepare_decoder_input_ids_from_labels(labels), dec)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec).logits
+    torch.testing.assert_close(out.logits, logits)
+
+    log_probs = torch.log_softmax(logits.double(), dim=-1)
+    terms = [-log_probs[b, t, labels[b, t]] for b in range(2) for t in range(6) if labels[b, t] != -100]
+    torch.testing.assert_close(out.loss.double(), torch.stack(terms).mean(), rtol=1e-5, atol=1e-6)
+
+    # Trainer path: sum over tokens / num_items_in_batch (exact token mean under gradient accumulation).
+    summed = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=20)
+    torch.testing.assert_close(summed.loss.double(), torch.stack(terms).sum() / 20, rtol=1e-5, atol=1e-6)
+
+    # label_smoothing=ε: (1-ε)·NLL + ε·mean over the vocabulary of -log p.
+    model.config.label_smoothing = 0.1
+    smoothed = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.double()
+    keep = labels != -100
+    uniform = -log_probs[keep].mean(dim=-1).mean()
+    torch.testing.assert_close(smoothed, 0.9 * torch.stack(terms).mean() + 0.1 * uniform, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    input_ids, attention_mask = sources()
+    labels = torch.tensor([[7, 19, 4, EOS], [9, 9, 11, EOS]])
+    grads = []
+    for checkpointing in (False, True):
+        model = contextful_model(norm_first=True).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+# ---------------------------------------------------------------- tying, save / load
+
+
+def test_one_embedding_shared_stored_once_and_save_load_is_exact(tmp_path):
+    model = contextful_model(qk_norm=True)
+    shared = model.model.encoder.embed_tokens.weight
+    assert model.model.decoder.embed_tokens.weight is shared
+    assert model.lm_head.weight is shared
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        vocab_tensors = [k for k in f.keys() if f.get_slice(k).get_shape()[0] == VOCAB]
+    assert vocab_tensors == ["model.encoder.embed_tokens.weight"]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_translator.TranslatorForConditionalGeneration"
+    assert {"modeling_translator.py", "configuration_translator.py", "layers.py", "pipeline_translator.py"} <= {
+        p.name for p in tmp_path.iterdir()
+    }
+
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is TranslatorForConditionalGeneration
+    assert loaded.lm_head.weight is loaded.model.encoder.embed_tokens.weight
+    assert loaded.model.decoder.embed_tokens.weight is loaded.model.encoder.embed_tokens.weight
+    assert loaded.generation_config.num_beams == 4
+    input_ids, attention_mask = sources()
+    dec = torch.tensor([[BOS, 7, 19, 4], [BOS, 9, 9, 1]])
+    expected = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec).logits
+    got = loaded(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec).logits
+    assert torch.equal(expected, got)
+    assert torch.equal(model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=8),
+                       loaded.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=8))
+
+    # The bare encoder-decoder loads from the same checkpoint, tied as well.
+    base = AutoModel.from_pretrained(tmp_path).eval()
+    assert type(base) is TranslatorModel
+    assert base.decoder.embed_tokens.weight is base.encoder.embed_tokens.weight
+    hidden = base(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec).last_hidden_state
+    torch.testing.assert_close(model.lm_head(hidden), expected)
+
+
+def test_untied_embeddings_are_separate_and_both_saved(tmp_path):
+    model = TranslatorForConditionalGeneration(tiny_config(tie_word_embeddings=False))
+    assert model.lm_head.weight is not model.model.encoder.embed_tokens.weight
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        assert sum(f.get_slice(k).get_shape()[0] == VOCAB for k in f.keys()) == 3
+
+
+# ---------------------------------------------------------------- bad inputs
+
+
+def test_empty_or_too_long_source_raises_a_clear_error():
+    model = contextful_model()
+    dec = torch.tensor([[BOS]])
+    with pytest.raises(ValueError, match="empty"):
+        model(input_ids=torch.zeros(1, 0, dtype=torch.long), decoder_input_ids=dec)
+    with pytest.raises(ValueError, match="empty"):
+        model.generate(input_ids=torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="all padding"):
+        model(input_ids=torch.tensor([[5, 6], [PAD, PAD]]), decoder_input_ids=dec.expand(2, 1))
+    too_long = torch.full((1, 65), 5)
+    with pytest.raises(ValueError, match="max_position_embeddings=64"):
+        model(input_ids=too_long, decoder_input_ids=dec)
+    with pytest.raises(ValueError, match="max_position_embeddings=64"):
+        model.generate(input_ids=too_long)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model(input_ids=too_long[:, :10], decoder_input_ids=torch.full((1, 65), 5))
+    with pytest.raises(ValueError, match="output_attentions"):
+        model(input_ids=too_long[:, :10], decoder_input_ids=dec, output_attentions=True)
+
+
+# ---------------------------------------------------------------- attention-logit monitor
+
+
+def _manual_max_logits(attn, hidden):
+    """max |q·kᵀ|/√d per head of an encoder self-attention module, computed independently."""
+    q, k, _ = attn.qkv_proj(hidden).split(attn.num_heads * attn.head_dim, dim=-1)
+    q = q.view(*hidden.shape[:2], attn.num_heads, attn.head_dim).transpose(1, 2)
+    k = k.view(*hidden.shape[:2], attn.num_heads, attn.head_dim).transpose(1, 2)
+    if attn.config.qk_norm:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    return (q @ k.transpose(-1, -2)).abs().amax(dim=(0, 2, 3)) * attn.scaling
+
+
+@pytest.mark.parametrize("variant", ["post_ln", "qk_norm"])
+def test_attention_logit_monitor(variant):
+    model = contextful_model(**VARIANTS[variant])
+    input_ids, attention_mask = sources()
+    dec = torch.tensor([[BOS, 7, 19, 4], [BOS, 9, 9, 1]])
+    model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec)
+    assert model.attention_logit_stats() == {}  # off by default: nothing recorded
+
+    model.set_attention_logit_monitor(True)
+    inputs_to_first = []
+    first = model.model.encoder.layers[0].self_attn
+    handle = first.register_forward_pre_hook(lambda _m, args: inputs_to_first.append(args[0]))
+    model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec)
+    handle.remove()
+    stats = model.attention_logit_stats()
+    expected_names = {f"model.encoder.layers.{i}.self_attn" for i in range(2)} | {
+        f"model.decoder.layers.{i}.{kind}" for i in range(2) for kind in ("self_attn", "cross_attn")
+    }
+    assert set(stats) == expected_names
+    for name, per_head in stats.items():
+        assert per_head.shape == (4,) and torch.isfinite(per_head).all() and (per_head > 0).all(), name
+    torch.testing.assert_close(stats["model.encoder.layers.0.self_attn"],
+                               _manual_max_logits(first, inputs_to_first[0]).detach(), rtol=1e-5, atol=1e-5)
+    if variant == "qk_norm":
+        # |q| = |k| = √head_dim after RMSNorm (unit gain), so |q·k|/√d ≤ √head_dim.
+        assert all((per_head <= 8**0.5 + 1e-4).all() for per_head in stats.values())
+    assert model.attention_logit_stats() == {}  # reading resets
+    model.set_attention_logit_monitor(False)
+    model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec)
+    assert model.attention_logit_stats() == {}
