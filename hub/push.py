@@ -9,8 +9,9 @@ from pathlib import Path
 from huggingface_hub import CommitInfo, HfApi, constants, get_token
 
 # errors.HTTPError is the HTTP client's base error (connection refused, timeouts), whichever client the hub uses.
-from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
 from huggingface_hub.errors import HTTPError as TransportError
+from huggingface_hub.utils import validate_repo_id
 
 from .export import check_no_pickles, check_remote_code
 
@@ -51,6 +52,10 @@ def push_to_hub(
         check_remote_code(folder)
     except RuntimeError as err:
         raise HubPushError(str(err)) from err
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise HubPushError(f"invalid repo id {repo_id!r}: {err}") from err
     if hub_offline():
         raise HubPushError(f"cannot push {folder} to {repo_id}: HF_HUB_OFFLINE is set (offline mode); unset it to push")
     token = token or get_token()
@@ -72,6 +77,10 @@ def push_to_hub(
     except HfHubHTTPError as err:
         status = err.response.status_code if err.response is not None else "?"
         raise HubPushError(f"push to {repo_id} at {endpoint} failed (HTTP {status}): {str(err).splitlines()[0]}") from err
+    except ValueError as err:  # the Hub's metadata check of README.md (POST /api/validate-yaml)
+        if "README.md" not in str(err):
+            raise
+        raise HubPushError(f"the Hub refused {folder}/README.md: {' '.join(str(err).split())}") from err
     except TransportError as err:
         raise HubPushError(f"cannot reach {endpoint} to push {repo_id}: {err}") from err
     logger.info("pushed %s to %s (%s)", folder, repo_id, commit.commit_url)

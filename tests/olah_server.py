@@ -82,6 +82,11 @@ def publish_git_repo(src: Path, mirrors: Path, repo_id: str, *, use_lfs: bool | 
 
     With `use_lfs` (default: when git-lfs is installed) weights and images are stored as git-LFS objects, as on the
     real Hub; otherwise as plain git blobs (olah serves both).
+
+    Load these repos with a full commit SHA as `revision` (resolve `main` with `HfApi.model_info` first): for a
+    branch name, olah 0.5.4 answers requests for *missing* files of a local repo with 401 "Repository not found"
+    where the Hub answers 404 EntryNotFound, and AutoTokenizer probes several optional files. With a SHA it answers
+    404 EntryNotFound like the Hub.
     """
     if shutil.which("git") is None:
         raise OlahUnavailable("git is not installed")
