@@ -361,11 +361,15 @@ def main(argv: list[str] | None = None) -> None:
         f"({accelerator.num_processes} process(es), mixed precision {accelerator.mixed_precision})"
     )
 
+    # Evaluation runs the module without its DDP wrapper: DDP's forward would sync buffers with the other processes,
+    # which then hangs whenever processes score different numbers of batches (the last full-split windows).
+    eval_model = accelerator.unwrap_model(model)
+
     def evaluate(step: int) -> dict:
         record = {
             "step": step,
-            "train_loss": estimate_loss(model, accelerator, train_ids, args, [args.seed, 2]),
-            "eval_loss": estimate_loss(model, accelerator, val_ids, args, [args.seed, 3]),
+            "train_loss": estimate_loss(eval_model, accelerator, train_ids, args, [args.seed, 2]),
+            "eval_loss": estimate_loss(eval_model, accelerator, val_ids, args, [args.seed, 3]),
         }
         history.append(record)
         accelerator.print(f"step {step}: train loss {record['train_loss']:.4f}, val loss {record['eval_loss']:.4f}")
@@ -439,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
     final = next((r for r in reversed(history) if "eval_loss" in r), None)
     if final is None or final["step"] != max(start_step, args.max_train_steps):
         final = evaluate(max(start_step, args.max_train_steps))
-    eval_loss_full = full_split_loss(model, accelerator, val_ids, args)
+    eval_loss_full = full_split_loss(eval_model, accelerator, val_ids, args)
     accelerator.print(
         f"validation loss over the whole split ({len(val_ids):,} tokens, block_size windows): {eval_loss_full:.4f}"
     )
@@ -461,6 +465,7 @@ def main(argv: list[str] | None = None) -> None:
             "train_tokens_per_second": tokens_per_second,
             "train_steps_this_run": max(0, args.max_train_steps - start_step),
             "num_parameters": n_params,
+            "num_processes": accelerator.num_processes,
         }
         write_all_results(args.output_dir, results)
         with open(Path(args.output_dir) / "log_history.json", "w", encoding="utf-8") as f:
