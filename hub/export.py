@@ -102,6 +102,13 @@ def _architecture(config: PreTrainedConfig) -> dict[str, Any]:
             if key not in generic and isinstance(value, (int, float, str, bool))}
 
 
+def _generation_defaults(folder: Path) -> dict[str, Any]:
+    """The decoding settings saved in generation_config.json (token ids and version stamps left out)."""
+    saved = json.loads((folder / "generation_config.json").read_text())
+    return {key: value for key, value in saved.items()
+            if not key.endswith("token_id") and key != "transformers_version" and not isinstance(value, (dict, list))}
+
+
 def _prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
     if output_dir.exists() and any(output_dir.iterdir()):
         if not overwrite:
@@ -194,6 +201,7 @@ def export_for_hub(
         eval_dataset=eval_dataset,
         tags=tags,
         architecture=_architecture(model.config),
+        generation=_generation_defaults(output_dir),
         num_parameters=model.num_parameters(),
         training_args=training_args,
         figures=figure_paths,

@@ -117,7 +117,7 @@ print(translator("{kind.example_input}"))
 tokenizer = AutoTokenizer.from_pretrained(repo, trust_remote_code=True)
 model = AutoModelForSeq2SeqLM.from_pretrained(repo, trust_remote_code=True)
 inputs = tokenizer(["{kind.example_input}"], return_tensors="pt")
-outputs = model.generate(**inputs, max_new_tokens=64)  # beam settings come from generation_config.json
+outputs = model.generate(**inputs)  # beam search and length limits come from generation_config.json
 print(tokenizer.batch_decode(outputs, skip_special_tokens=True))
 ```"""
     return f"""```python
@@ -156,6 +156,7 @@ def build_model_card(
     languages: Sequence[str] | None = None,
     tags: Sequence[str] | None = None,
     architecture: Mapping[str, Any] | None = None,
+    generation: Mapping[str, Any] | None = None,
     num_parameters: int | None = None,
     training_args: Mapping[str, Any] | None = None,
     figures: Sequence[str] | None = None,
@@ -210,6 +211,9 @@ def build_model_card(
         body += [f"Parameters: {num_parameters:,}.", ""]
     if architecture:
         body += [_table(list(architecture.items()), ("config", "value")), ""]
+    if generation:
+        body += ["Decoding defaults (`generation_config.json`, used by `generate()` and the pipeline):", "",
+                 _table(list(generation.items()), ("generation", "value")), ""]
 
     body += ["## Training recipe", ""]
     if training_args:

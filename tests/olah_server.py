@@ -46,18 +46,19 @@ def ensure_olah(venv: Path = OLAH_VENV, timeout: float = 600) -> Path:
             return cli
         shutil.rmtree(venv, ignore_errors=True)
         python = shutil.which("python3") or sys.executable
-        steps = [
-            [python, "-m", "venv", str(venv)],
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", OLAH_REQUIREMENT],
-        ]
-        for cmd in steps:
+        steps = {
+            "python -m venv": [python, "-m", "venv", str(venv)],
+            f"pip install {OLAH_REQUIREMENT}": [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                                                 "--disable-pip-version-check", OLAH_REQUIREMENT],
+        }
+        for step, cmd in steps.items():
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             except (OSError, subprocess.TimeoutExpired) as err:
                 raise OlahUnavailable(f"cannot install olah into {venv}: {err}") from err
             if done.returncode != 0:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-                raise OlahUnavailable(f"cannot install olah into {venv} ({' '.join(cmd[-2:])}): {' | '.join(tail)}")
+                raise OlahUnavailable(f"cannot install olah into {venv} ({step}): {' | '.join(tail)}")
         if not cli.exists():
             raise OlahUnavailable(f"olah installed into {venv} but {cli} is missing")
         (venv / _READY_MARKER).write_text(OLAH_REQUIREMENT + "\n")

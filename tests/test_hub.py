@@ -208,6 +208,7 @@ def test_model_card_front_matter_and_body(exports, kind):
         assert meta["datasets"] == ["Helsinki-NLP/tatoeba", "wmt/wmt19"]
         assert "CC-BY 2.0 FR" in body and "WMT" in body and "Shakespeare" not in body
         assert 'pipeline("translation", model=repo, trust_remote_code=True)' in body
+        assert "| `num_beams` | 4 |" in body  # decoding defaults from generation_config.json
     else:
         assert published["perplexity"]["value"] == pytest.approx(math.exp(METRICS["lm"]["eval_loss"]))
         assert "public domain" in body and "Tatoeba" not in body
