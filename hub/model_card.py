@@ -74,7 +74,17 @@ DATA_ATTRIBUTION = {
     ),
 }
 
-_PRETTY_METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "eval_loss": "Eval loss", "perplexity": "Perplexity"}
+_PRETTY_METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "loss": "Eval loss", "perplexity": "Perplexity"}
+_SECRET_WORDS = ("token", "secret", "password", "api_key")  # training-args values never published in a card
+
+
+def _pretty_metric_name(name: str) -> str:
+    return _PRETTY_METRIC_NAMES.get(name.removeprefix("eval_"), name)
+
+
+def _redact(training_args: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: "(redacted)" if any(word in key.lower() for word in _SECRET_WORDS) and value else value
+            for key, value in training_args.items()}
 
 
 def check_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float | int]:
@@ -185,7 +195,7 @@ def build_model_card(
                 dataset_split=eval_dataset.get("split"),
                 dataset_config=eval_dataset.get("config"),
                 metric_type=name,
-                metric_name=_PRETTY_METRIC_NAMES.get(name, name),
+                metric_name=_pretty_metric_name(name),
                 metric_value=value,
                 metric_args={"signature": sacrebleu_signature} if is_bleu and sacrebleu_signature else None,
             )
@@ -217,7 +227,7 @@ def build_model_card(
 
     body += ["## Training recipe", ""]
     if training_args:
-        body += [_table(list(training_args.items()), ("setting", "value")), ""]
+        body += [_table(list(_redact(training_args).items()), ("setting", "value")), ""]
     else:
         body += ["Not recorded for this export.", ""]
 

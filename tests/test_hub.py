@@ -99,7 +99,8 @@ def exports(models, figure, tmp_path_factory) -> dict[str, Path]:
             sacrebleu_signature=SIGNATURE, repo_id=f"{USER}/tiny-translator",
             datasets=["Helsinki-NLP/tatoeba", "wmt/wmt19"],
             eval_dataset={"type": "tatoeba", "name": "Tatoeba cmn-eng valid", "split": "validation"},
-            training_args={"lr_schedule": "noam", "warmup_steps": 4000, "label_smoothing": 0.1},
+            training_args={"lr_schedule": "noam", "warmup_steps": 4000, "label_smoothing": 0.1,
+                           "hub_token": "hf_secret_value"},
         ),
     }
 
@@ -209,6 +210,7 @@ def test_model_card_front_matter_and_body(exports, kind):
         assert "CC-BY 2.0 FR" in body and "WMT" in body and "Shakespeare" not in body
         assert 'pipeline("translation", model=repo, trust_remote_code=True)' in body
         assert "| `num_beams` | 4 |" in body  # decoding defaults from generation_config.json
+        assert "hf_secret_value" not in body and "| `hub_token` | (redacted) |" in body
     else:
         assert published["perplexity"]["value"] == pytest.approx(math.exp(METRICS["lm"]["eval_loss"]))
         assert "public domain" in body and "Tatoeba" not in body
