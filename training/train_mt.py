@@ -478,6 +478,7 @@ def train(args: argparse.Namespace) -> dict:
     set_seed(args.seed)
 
     to_script = zh_script_converter(args.zh_script)
+    dataset, parser = open_train_source(args)  # first, so a missing file or unreachable Hub fails before anything else
     tokenizer = load_or_train_tokenizer(args, accelerator, resuming=checkpoint is not None)
     model = build_model(args, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
@@ -491,7 +492,6 @@ def train(args: argparse.Namespace) -> dict:
     if not eval_pairs:
         logger.warning("No validation data (pass --validation_file): no evaluation, no early stopping")
 
-    dataset, parser = open_train_source(args)
     if accelerator.num_processes > 1:
         from datasets.distributed import split_dataset_by_node
 

@@ -1,0 +1,92 @@
+"""Unit tests of the translation data pipeline and the shipped sacreBLEU metric (no training run)."""
+
+import json
+from itertools import islice
+
+import pytest
+import torch
+from nanoformer.training.mt_data import (
+    DataSourceError,
+    TranslationBatchStream,
+    bucket_into_batches,
+    open_translation_source,
+)
+
+
+def stream_for(path, tokenizer, **kwargs):
+    dataset, parser = open_translation_source(
+        data_file=str(path), dataset_name=None, dataset_config_name=None, split="train", source_lang="en",
+        target_lang="zh",
+    )  # fmt: skip
+    options = {"max_tokens": 512, "max_source_length": 32, "max_target_length": 32, "shuffle_buffer_size": 300}
+    return TranslationBatchStream(dataset, parser, tokenizer, **{**options, **kwargs})
+
+
+def test_batches_respect_the_padded_token_budget():
+    pairs = [([1] * n, [2] * (n // 2 + 1)) for n in range(1, 60)] * 3
+    batches = bucket_into_batches(pairs, max_tokens=200)
+    assert sum(len(b) for b in batches) == len(pairs)
+    for batch in batches:
+        padded = len(batch) * (max(len(s) for s, _ in batch) + max(len(t) for _, t in batch))
+        assert padded <= 200
+
+
+def test_stream_resumes_exactly_mid_epoch(shared_data, bpe_tokenizer):
+    path = shared_data / "tatoeba-cmn-eng" / "valid.jsonl"  # 1,000 pairs: several epochs in 60 batches
+    reference = [batch["input_ids"] for batch, _ in islice(stream_for(path, bpe_tokenizer), 60)]
+    saved = None
+    for i, (_, state) in enumerate(stream_for(path, bpe_tokenizer)):
+        if i == 23:
+            saved = json.loads(json.dumps(state))  # what a checkpoint stores
+            break
+    resumed = stream_for(path, bpe_tokenizer)
+    resumed.load_state_dict(saved)
+    continued = [batch["input_ids"] for batch, _ in islice(resumed, 36)]
+    assert all(torch.equal(a, b) for a, b in zip(reference[24:], continued, strict=True))
+    assert max(state["epoch"] for _, state in islice(stream_for(path, bpe_tokenizer), 60)) >= 1
+
+
+def test_overlong_pairs_truncated_or_dropped(tmp_path, bpe_tokenizer):
+    long = " ".join(["word"] * 100)
+    rows = [{"translation": {"en": "Hi.", "zh": "嗨。"}}, {"translation": {"en": long, "zh": "长"}}]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+
+    batch, state = next(iter(stream_for(path, bpe_tokenizer, overlong="truncate")))
+    assert state["counters"]["truncated_overlong"] == 1 and batch["input_ids"].shape[1] <= 32
+    assert (batch["input_ids"] == bpe_tokenizer.eos_token_id).sum() == 2  # truncated sources still end with </s>
+    batch, state = next(iter(stream_for(path, bpe_tokenizer, overlong="drop")))
+    assert state["counters"]["dropped_overlong"] == 1 and batch["input_ids"].shape[0] == 1
+
+
+def test_tsv_with_header_and_missing_file(tmp_path, bpe_tokenizer):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("zh\ten\n你好。\tHello.\nonly one column\n谢谢。\tThanks.\n", encoding="utf-8")
+    batch, state = next(iter(stream_for(path, bpe_tokenizer)))
+    assert batch["input_ids"].shape[0] == 2
+    assert {k: v for k, v in state["counters"].items() if v} == {
+        "rows": 4,
+        "malformed: rows with too few columns": 1,
+        "pairs": 2,
+    }
+    decoded = set(bpe_tokenizer.batch_decode(batch["input_ids"], skip_special_tokens=True))
+    assert decoded == {"Hello.", "Thanks."}  # the header named the columns: English is the source
+    with pytest.raises(DataSourceError, match="file not found"):
+        stream_for(tmp_path / "missing.jsonl", bpe_tokenizer)
+
+
+def test_shipped_metric_equals_sacrebleu(shared_data):
+    import evaluate
+    import sacrebleu
+    from nanoformer.training.mt_evaluation import SACREBLEU_METRIC_PATH
+
+    rows = [json.loads(line) for line in (shared_data / "tatoeba-cmn-eng" / "valid.jsonl").open(encoding="utf-8")]
+    refs = [r["translation"]["zh"] for r in rows[:200]]
+    hyps = [r[: max(1, len(r) * 2 // 3)] + ("的" if i % 3 else "") for i, r in enumerate(refs)]  # imperfect copies
+    ours = evaluate.load(SACREBLEU_METRIC_PATH).compute(predictions=hyps, references=[[r] for r in refs], chrf=True)
+    bleu = sacrebleu.metrics.BLEU(tokenize="zh")
+    direct = bleu.corpus_score(hyps, [refs])
+    assert 5 < direct.score < 95
+    assert ours["score"] == pytest.approx(direct.score, abs=1e-9)
+    assert ours["signature"] == str(bleu.get_signature())
+    assert ours["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-9)
