@@ -65,7 +65,7 @@ def push_to_hub(
             "or run `hf auth login`"
         )
 
-    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
     api = HfApi(endpoint=endpoint, token=token)
     try:
         repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
