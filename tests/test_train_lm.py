@@ -211,3 +211,40 @@ def test_two_processes_train_and_checkpoint(text_file, tmp_path):
     states = [json.loads((out / "step_20" / f"data_state_{i}.json").read_text()) for i in (0, 1)]
     assert states[0]["batches_drawn"] == states[1]["batches_drawn"] == 20
     assert states[0]["bit_generator"] != states[1]["bit_generator"]
+
+
+def test_push_to_hub_offline_fails_before_training(text_file, tmp_path):
+    result = subprocess.run(
+        [sys.executable, TRAIN_LM, "--train_file", text_file, "--output_dir", tmp_path, "--push_to_hub",
+         "--hub_model_id", "me/tiny"],
+        capture_output=True, text=True, env=_env(), timeout=300,
+    )  # fmt: skip
+    assert result.returncode != 0 and "HF_HUB_OFFLINE" in result.stderr
+    assert not (tmp_path / "cache").exists()  # stopped before reading any data
+
+
+def test_export_and_push_sends_a_loadable_export(lm_run, monkeypatch):
+    """A simulated upload: the push itself is intercepted; the exported folder must be complete and loadable."""
+    import argparse
+
+    import nanoformer.hub
+    from nanoformer.training.train_lm import export_and_push
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    pushed = []
+    monkeypatch.setattr(nanoformer.hub, "push_to_hub", lambda folder, repo_id: pushed.append((folder, repo_id)))
+    model = AutoModelForCausalLM.from_pretrained(lm_run)
+    tokenizer = AutoTokenizer.from_pretrained(lm_run)
+    args = argparse.Namespace(
+        **json.loads((lm_run / "step_100" / "meta.json").read_text())["args"]
+        | {"push_to_hub": True, "hub_model_id": "me/tiny-shakespeare"}
+    )
+    results = json.loads((lm_run / "all_results.json").read_text())
+    folder = export_and_push(model, tokenizer, args, results)
+    assert pushed == [(folder, "me/tiny-shakespeare")]
+    card = (folder / "README.md").read_text()
+    assert f"{results['eval_loss_full']:.3f}"[:4] in card and "me/tiny-shakespeare" in card
+    assert (folder / "figures" / "loss_curve.png").is_file()
+    reloaded = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    ids = tokenizer("ROMEO:", return_tensors="pt").input_ids
+    assert torch.allclose(reloaded(ids).logits, model(ids).logits)

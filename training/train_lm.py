@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.logging import get_logger
 from accelerate.utils import set_seed
+from nanoformer.hub import HubPushError
 from nanoformer.modeling import NanoGPTConfig, NanoGPTForCausalLM
 from nanoformer.tokenization import build_char_tokenizer
 from nanoformer.training.arguments import parse_config_overrides, positive_int
@@ -181,6 +182,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--train_file not found: {args.train_file}")
     if args.push_to_hub and not args.hub_model_id:
         p.error("--push_to_hub needs --hub_model_id")
+    if args.push_to_hub:
+        from nanoformer.hub.push import hub_offline
+
+        if hub_offline():  # fail now, not after training
+            p.error("--push_to_hub: HF_HUB_OFFLINE is set (offline mode); unset it to push, or drop --push_to_hub")
     if args.min_learning_rate > args.learning_rate:
         p.error(f"--min_learning_rate ({args.min_learning_rate}) is above --learning_rate ({args.learning_rate})")
     args.per_device_eval_batch_size = args.per_device_eval_batch_size or args.per_device_train_batch_size
@@ -288,6 +294,36 @@ def sample_text(model, tokenizer, args, max_new_tokens: int) -> str:
         out = model.generate(torch.tensor([prompt], device=device), max_new_tokens=max_new_tokens)
         model.train()
     return tokenizer.decode(out[0, len(prompt) :], skip_special_tokens=True)
+
+
+def export_and_push(model, tokenizer, args: argparse.Namespace, results: dict) -> Path:
+    """Write a Hub-ready copy (model card, remote code, loss curve) to ``output_dir/hub_export`` and upload it."""
+    from nanoformer.hub import export_for_hub, push_to_hub
+
+    if args.dataset_name:
+        datasets, data_name = [args.dataset_name], args.dataset_name
+    else:  # a local file: the card's default attribution (tiny Shakespeare) only if that is what was used
+        data_name = Path(args.train_file).name
+        datasets = None if "shakespeare" in str(args.train_file).lower() else []
+    hidden = {"push_to_hub", "hub_model_id", "output_dir", "resume_from_checkpoint", "with_tracking", "report_to"}
+    folder = export_for_hub(
+        model,
+        tokenizer,
+        Path(args.output_dir) / "hub_export",
+        metrics={"eval_loss": results["eval_loss_full"]},
+        datasets=datasets,
+        eval_dataset={
+            "type": "text",
+            "name": data_name,
+            "split": f"last {args.validation_split_percentage:g}% (whole split, non-overlapping block_size windows)",
+        },
+        training_args={k: v for k, v in vars(args).items() if v is not None and k not in hidden},
+        figures=[p for p in [Path(args.output_dir) / "loss_curve.png"] if p.is_file()],
+        repo_id=args.hub_model_id,
+        overwrite=(Path(args.output_dir) / "hub_export").exists(),
+    )
+    push_to_hub(folder, args.hub_model_id)
+    return folder
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -478,9 +514,8 @@ def main(argv: list[str] | None = None) -> None:
             text = sample_text(unwrapped, tokenizer, args, args.sample_max_new_tokens)
             accelerator.print(f"--- final sample ---\n{text}\n---")
         if args.push_to_hub:
-            from nanoformer.hub import push_to_hub
-
-            push_to_hub(args.output_dir, repo_id=args.hub_model_id, metrics=results)
+            folder = export_and_push(unwrapped, tokenizer, args, results)
+            logger.info(f"Pushed {folder} to https://huggingface.co/{args.hub_model_id}")
     accelerator.end_training()
 
 
@@ -488,5 +523,8 @@ if __name__ == "__main__":
     try:
         main()
     except ValueError as err:  # bad input (file, text, config): one clear line, non-zero exit
+        print(f"train_lm.py: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except HubPushError as err:  # the model is saved; only the upload failed
         print(f"train_lm.py: error: {err}", file=sys.stderr)
         sys.exit(1)
