@@ -178,6 +178,7 @@ def test_two_cpu_processes(bpe_tokenizer_dir, data_files, tmp_path):
     args = run_args(
         bpe_tokenizer_dir, data_files["train"], data_files["valid"], tmp_path,
         max_train_steps=10, eval_steps=10, checkpointing_steps=10, max_eval_samples=16,
+        shuffle_buffer_size=4000,  # each process reads its whole half of the file before its first batch
     )  # fmt: skip
     launch(args, num_processes=2)
     results = read_json(tmp_path / "all_results.json")
