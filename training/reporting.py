@@ -86,6 +86,7 @@ def plot_curves(
     *,
     x_key: str = "step",
     title: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Path | None:
     """Save a PNG of logged values against `x_key`, one panel per entry of `keys`.
 
@@ -97,6 +98,7 @@ def plot_curves(
         path: the PNG file to write.
         x_key: the x-axis field.
         title: figure title.
+        labels: legend names for keys (default: the key itself), e.g. ``{"loss": "train loss (running mean)"}``.
 
     Returns:
         The path written, or None when no requested key has any point (nothing to draw).
@@ -121,7 +123,7 @@ def plot_curves(
     for ax, panel in zip(axes[0], panels, strict=True):
         for key in panel:
             xs, ys = zip(*series[key], strict=True)
-            ax.plot(xs, ys, label=key, marker="." if len(xs) < 50 else None)
+            ax.plot(xs, ys, label=(labels or {}).get(key, key), marker="." if len(xs) < 50 else None)
         ax.set_xlabel(x_key)
         ax.set_ylabel(panel[0] if len(panel) == 1 else "value")
         ax.grid(True, alpha=0.3)

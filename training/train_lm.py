@@ -507,7 +507,15 @@ def main(argv: list[str] | None = None) -> None:
         with open(Path(args.output_dir) / "log_history.json", "w", encoding="utf-8") as f:
             json.dump(history, f, indent=1)
         plot_curves(
-            history, [["loss", "train_loss", "eval_loss"]], Path(args.output_dir) / "loss_curve.png", title="NanoGPT"
+            history,
+            [["loss", "train_loss", "eval_loss"]],
+            Path(args.output_dir) / "loss_curve.png",
+            title=f"NanoGPT ({n_params / 1e6:.2f}M parameters), block {args.block_size}",
+            labels={
+                "loss": "training batches (running mean)",
+                "train_loss": f"train split ({args.eval_iters} batches)",
+                "eval_loss": f"validation split ({args.eval_iters} batches)",
+            },
         )
         logger.info(f"Saved the model, tokenizer and results to {args.output_dir}: {json.dumps(results)}")
         if args.sample_max_new_tokens > 0:
