@@ -90,3 +90,16 @@ def test_shipped_metric_equals_sacrebleu(shared_data):
     assert ours["score"] == pytest.approx(direct.score, abs=1e-9)
     assert ours["signature"] == str(bleu.get_signature())
     assert ours["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-9)
+
+
+def test_zh_script_applies_to_training_targets(tmp_path, bpe_tokenizer):
+    from nanoformer.training.mt_evaluation import zh_script_converter
+
+    assert zh_script_converter("as-is") is None
+    assert zh_script_converter("simplified")("我們學習漢語。") == "我们学习汉语。"
+    assert zh_script_converter("traditional")("我们学习汉语。") == "我們學習漢語。"
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"translation": {"en": "We study Chinese.", "zh": "我們學習漢語。"}}) + "\n")
+    batch, _ = next(iter(stream_for(path, bpe_tokenizer, target_transform=zh_script_converter("simplified"))))
+    labels = batch["labels"][0][batch["labels"][0] != -100]
+    assert bpe_tokenizer.decode(labels, skip_special_tokens=True) == "我们学习汉语。"
