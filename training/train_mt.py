@@ -773,11 +773,11 @@ def train(args: argparse.Namespace) -> dict:
             f"{results['train_tokens_per_second']:.0f} target tok/s, data wait {100 * results['data_wait_fraction']:.1f}% "
             f"of step time; data: {_describe_counters(counters)}"
         )
-        if args.push_to_hub:
-            push(args, unwrapped, tokenizer, results)
     if args.with_tracking:
         accelerator.end_training()
     accelerator.wait_for_everyone()
+    if args.push_to_hub and accelerator.is_main_process:  # after the last barrier: a failed upload hangs no one
+        push(args, unwrapped, tokenizer, results)
     return results
 
 
@@ -803,7 +803,7 @@ def _describe_counters(counters: Counter | dict) -> str:
 
 
 def push(args, model, tokenizer, results: dict) -> None:
-    from nanoformer.hub import export_for_hub, push_to_hub
+    from nanoformer.hub import HubPushError, export_for_hub, push_to_hub
 
     metrics = {k: results[k] for k in ("eval_bleu", "eval_loss") if results.get(k) is not None}
     folder = export_for_hub(
@@ -817,7 +817,10 @@ def push(args, model, tokenizer, results: dict) -> None:
         repo_id=args.hub_model_id,
         overwrite=True,
     )
-    push_to_hub(folder, args.hub_model_id)
+    try:
+        push_to_hub(folder, args.hub_model_id)
+    except HubPushError as error:  # one line and a non-zero exit; the trained model stays in output_dir
+        raise SystemExit(f"error: --push_to_hub: {error} (the model is saved in {args.output_dir})") from error
     logger.info(f"Pushed {folder} to {args.hub_model_id}")
 
 
