@@ -499,13 +499,14 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
         # §6.1: beam 4, length penalty α = 0.6, stop once 4 hypotheses are finished ("terminate early when
-        # possible"); length bound = source length + 50 (see `generate`). transformers' penalty divides the
-        # log-probability by length^α (GNMT uses ((5 + length) / 6)^α). A hypothesis cut by the length bound is
-        # closed with </s>, as fairseq and MarianMT do.
+        # possible"); length bound = source length + 50 (see `generate`), `max_length` only caps it at the
+        # position limit. transformers' penalty divides the log-probability by length^α (GNMT uses
+        # ((5 + length) / 6)^α). A hypothesis cut by the length bound is closed with </s>, as in fairseq/MarianMT.
         self.generation_config = GenerationConfig(
             num_beams=4,
             length_penalty=0.6,
             early_stopping=True,
+            max_length=config.max_position_embeddings,
             forced_eos_token_id=config.eos_token_id,
             bos_token_id=config.bos_token_id,
             eos_token_id=config.eos_token_id,
@@ -593,29 +594,34 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
     def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs):
         """`GenerationMixin.generate` with the paper's length rule and a source mask derived from padding.
 
-        If neither the call, nor `generation_config`, nor `self.generation_config` sets `max_length` or
-        `max_new_tokens`, decoding stops after (source length + 50) new tokens (§6.1), capped so decoder
-        positions stay below `max_position_embeddings`. Explicit lengths are always honoured. Without an
-        `attention_mask`, padded source rows are masked using `pad_token_id`.
+        Unless the call passes `max_length` or `max_new_tokens` (or the generation config in use sets
+        `max_new_tokens`), at most source length + 50 tokens are generated (§6.1), never beyond the config's
+        `max_length` (by default `max_position_embeddings`, the decoder's position limit). A fixed `max_length`
+        alone cannot express a bound relative to the source, hence this wrapper. Without an `attention_mask`,
+        padded source rows are masked using `pad_token_id`.
         """
         source = inputs if inputs is not None else kwargs.get("input_ids")
         if source is not None and kwargs.get("attention_mask") is None and kwargs.get("encoder_outputs") is None:
             kwargs["attention_mask"] = padding_mask(source, self.config.pad_token_id)
-        configs = [c for c in (generation_config, self.generation_config) if c is not None]
-        length_set = any(
-            kwargs.get(name) is not None or any(getattr(c, name, None) is not None for c in configs)
-            for name in ("max_length", "max_new_tokens")
-        )
-        if not length_set:
+        config = generation_config if generation_config is not None else self.generation_config
+        if kwargs.get("max_length") is None and kwargs.get("max_new_tokens") is None and config.max_new_tokens is None:
             if source is not None:
                 source_length = source.shape[-1]
             elif kwargs.get("encoder_outputs") is not None:
                 source_length = kwargs["encoder_outputs"][0].shape[1]
             else:
                 source_length = 0
-            limit = self.config.max_position_embeddings - 1
-            kwargs["max_new_tokens"] = max(1, min(source_length + EXTRA_TARGET_TOKENS, limit))
-        return super().generate(inputs, generation_config, **kwargs)
+            cap = config.max_length or self.config.max_position_embeddings
+            kwargs["max_new_tokens"] = max(1, min(source_length + EXTRA_TARGET_TOKENS, cap - 1))
+        if kwargs.get("max_new_tokens") is None or kwargs.get("max_length") is not None:
+            return super().generate(inputs, generation_config, **kwargs)
+        # `max_new_tokens` decides this call: hide the stored `max_length` cap meanwhile, or transformers logs
+        # "both max_new_tokens and max_length set" on every call.
+        saved_max_length, self.generation_config.max_length = self.generation_config.max_length, None
+        try:
+            return super().generate(inputs, generation_config, **kwargs)
+        finally:
+            self.generation_config.max_length = saved_max_length
 
 
 # `save_pretrained` then writes `auto_map` and copies this file, configuration_translator.py, layers.py and

@@ -201,11 +201,17 @@ def test_default_generation_follows_the_paper():
     config = model.generation_config
     assert (config.num_beams, config.length_penalty, config.early_stopping) == (4, 0.6, True)
     assert config.decoder_start_token_id == BOS and config.forced_eos_token_id == EOS
+    assert config.max_length == model.config.max_position_embeddings and config.max_new_tokens is None
     input_ids, attention_mask = sources()
     # No length given: at most source length + 50 new tokens (here forced to the bound with min_new_tokens).
     out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, min_new_tokens=8 + 50)
     assert out.shape[1] == 1 + 8 + 50
     assert torch.all(out[:, -1] == EOS)  # a hypothesis cut by the bound is closed with </s>
+    # Seq2SeqTrainer fills the model's generation config with library defaults in place (max_length=20 among
+    # them) after its first prediction step; the source-relative bound must survive that.
+    config.update(**config._get_default_generation_params(), defaults_only=True)
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, min_new_tokens=8 + 50)
+    assert out.shape[1] == 1 + 8 + 50
     # Explicit lengths are honoured.
     assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3).shape[1] <= 4
     assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_length=5).shape[1] <= 5
