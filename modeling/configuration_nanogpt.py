@@ -73,6 +73,8 @@ class NanoGPTConfig(PreTrainedConfig):
             `block_size`: when a sequence of length L > block_size is seen, the base becomes
             `rope_theta · (f·L/block_size − (f − 1)) ** (d / (d − 2))` (d = head size), which stretches the slow
             frequencies and leaves the fast ones almost unchanged; positions inside `block_size` are untouched.
+            As in transformers' own models, keys already in a KV cache keep the rotation they were computed with,
+            so beyond `block_size` cached and uncached generation may differ slightly.
             Only used with `position_embedding_type="rope"`.
         initializer_range (`float`, defaults to 0.02):
             Standard deviation of the normal init of all Linear and Embedding weights. The projections that write

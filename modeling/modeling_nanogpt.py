@@ -383,6 +383,7 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
             model_inputs["attention_mask"] = attention_mask[:, -block_size:]
             model_inputs["position_ids"] = positions_from_mask(model_inputs["attention_mask"], block_size)
         else:
+            model_inputs.pop("attention_mask", None)
             model_inputs["position_ids"] = torch.arange(block_size, device=input_ids.device).expand(len(input_ids), -1)
         return model_inputs
 

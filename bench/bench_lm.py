@@ -1,0 +1,169 @@
+"""Speed of NanoGPT against transformers' GPT2LMHeadModel and LlamaForCausalLM, at nanoGPT's CPU recipe size.
+
+    python bench/bench_lm.py                 # ~5-10 minutes on 2 busy cores
+    python bench/bench_lm.py --rounds 3 --no-compile --gen-tokens 200   # quicker look
+
+Sizes follow nanoGPT's shakespeare_char CPU recipe: n_layer 4, n_head 4, n_embd 128, block 64, batch 12, vocab 65.
+* training: tokens/s of one step = forward + backward + AdamW on a (12, 64) batch, fp32 and bf16 autocast
+  (and torch.compile for NanoGPT if it works here);
+* generation: tokens/s of greedy `generate()` of 500 new tokens with the KV cache, batch 1. The context limit of
+  every model is raised to 1024 for this part so that all three keep their cache (GPT-2 cannot go past its
+  position table at all; NanoGPT with learned positions would switch to nanoGPT's crop-and-re-encode loop).
+Pairs compared like for like: NanoGPT GPT-2 style (LayerNorm, GELU, learned positions, biases) vs GPT2LMHeadModel,
+and NanoGPT LLaMA style (RMSNorm, SwiGLU, RoPE, no biases, same MLP width) vs LlamaForCausalLM.
+
+The machine is shared and noisy, so the measurements are interleaved: each round times every model once, in
+turn, and the report gives the median over rounds plus ratios to the peers measured in the same rounds.
+"""
+
+import argparse
+import statistics
+import time
+from contextlib import nullcontext
+
+import torch
+from nanoformer.modeling import NanoGPTConfig, NanoGPTForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging
+
+VOCAB, N_LAYER, N_HEAD, N_EMBD, BLOCK, BATCH = 65, 4, 4, 128, 64, 12
+LLAMA_STYLE = {"norm_type": "rmsnorm", "mlp_type": "swiglu", "position_embedding_type": "rope", "bias": False}
+
+
+def build(name: str, context: int) -> torch.nn.Module:
+    """One model of the comparison; `context` is its position limit."""
+    torch.manual_seed(0)
+    if name == "nanogpt":
+        config = NanoGPTConfig(vocab_size=VOCAB, block_size=context, n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD)
+        return NanoGPTForCausalLM(config)
+    if name == "nanogpt-llama":
+        config = NanoGPTConfig(
+            vocab_size=VOCAB, block_size=context, n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD, **LLAMA_STYLE
+        )
+        return NanoGPTForCausalLM(config)
+    if name == "gpt2":
+        config = GPT2Config(
+            vocab_size=VOCAB, n_positions=context, n_embd=N_EMBD, n_layer=N_LAYER, n_head=N_HEAD,
+            activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            bos_token_id=0, eos_token_id=0,
+        )  # fmt: skip
+        return GPT2LMHeadModel(config)
+    if name == "llama":
+        config = LlamaConfig(
+            vocab_size=VOCAB, hidden_size=N_EMBD, intermediate_size=NanoGPTConfig(n_embd=N_EMBD, n_head=N_HEAD,
+            mlp_type="swiglu").intermediate_size, num_hidden_layers=N_LAYER, num_attention_heads=N_HEAD,
+            max_position_embeddings=context, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
+        )  # fmt: skip
+        return LlamaForCausalLM(config)
+    raise ValueError(name)
+
+
+class Trainer:
+    """A model + AdamW + fixed batch; `run(steps)` returns training tokens/s."""
+
+    def __init__(self, name: str, precision: str, compile_model: bool = False):
+        self.model = build(name, BLOCK).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        generator = torch.Generator().manual_seed(0)
+        self.batch = torch.randint(0, VOCAB, (BATCH, BLOCK), generator=generator)
+        self.autocast = precision == "bf16"
+        self.forward = torch.compile(self.model) if compile_model else self.model
+        self.run(5 if compile_model else 2)  # warm-up (compilation takes a few calls)
+
+    def step(self) -> None:
+        context = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else nullcontext()
+        with context:
+            loss = self.forward(input_ids=self.batch, labels=self.batch, use_cache=False).loss
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def run(self, steps: int) -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        return steps * BATCH * BLOCK / (time.perf_counter() - start)
+
+
+class Generator:
+    """Greedy cached generation of `new_tokens` tokens from a one-token prompt; `run()` returns tokens/s."""
+
+    def __init__(self, name: str, new_tokens: int):
+        self.model = build(name, 1024).eval()
+        self.new_tokens = new_tokens
+        self.prompt = torch.zeros((1, 1), dtype=torch.long)
+        self.run(warmup=True)
+
+    @torch.no_grad()
+    def run(self, warmup: bool = False) -> float:
+        n = 8 if warmup else self.new_tokens
+        start = time.perf_counter()
+        out = self.model.generate(
+            self.prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0
+        )
+        elapsed = time.perf_counter() - start
+        assert out.shape[1] == 1 + n
+        return n / elapsed
+
+
+def interleaved(contestants: dict, rounds: int, measure) -> dict[str, float]:
+    """Median of `measure(contestant)` over `rounds`, visiting every contestant once per round (order rotates)."""
+    results = {name: [] for name in contestants}
+    names = list(contestants)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            results[name].append(measure(contestants[name]))
+    return {name: statistics.median(values) for name, values in results.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8, help="training steps per model per round")
+    parser.add_argument("--gen-tokens", type=int, default=500)
+    parser.add_argument("--gen-rounds", type=int, default=5)
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile contestant")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1 is steadiest when other jobs share the CPU)"
+    )
+    args = parser.parse_args()
+    logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+    trainers = {}
+    for name in ("nanogpt", "gpt2", "nanogpt-llama", "llama"):
+        for precision in ("fp32", "bf16"):
+            trainers[f"{name} {precision}"] = Trainer(name, precision)
+    if not args.no_compile:
+        for precision in ("fp32", "bf16"):
+            try:
+                trainers[f"nanogpt {precision} compiled"] = Trainer("nanogpt", precision, compile_model=True)
+            except Exception as error:  # noqa: BLE001 - report and carry on without it
+                print(f"torch.compile ({precision}) failed here: {type(error).__name__}: {str(error)[:200]}")
+    train = interleaved(trainers, args.rounds, lambda trainer: trainer.run(args.steps))
+
+    print(f"\nTraining, tokens/s (fwd+bwd+AdamW, batch {BATCH}x{BLOCK}), median of {args.rounds} interleaved rounds")
+    base = train["gpt2 fp32"]
+    for name, value in train.items():
+        print(f"  {name:26s} {value:9.0f}   x{value / base:5.2f} vs gpt2 fp32")
+    print("  ratios like for like:")
+    for precision in ("fp32", "bf16"):
+        print(f"    nanogpt/gpt2 {precision}:        x{train[f'nanogpt {precision}'] / train[f'gpt2 {precision}']:.2f}")
+        print(
+            f"    nanogpt-llama/llama {precision}: x{train[f'nanogpt-llama {precision}'] / train[f'llama {precision}']:.2f}"
+        )
+
+    generators = {name: Generator(name, args.gen_tokens) for name in ("nanogpt", "gpt2", "nanogpt-llama", "llama")}
+    gen = interleaved(generators, args.gen_rounds, lambda generator: generator.run())
+    print(
+        f"\nGeneration, tokens/s (greedy, cached, batch 1, {args.gen_tokens} new tokens), median of {args.gen_rounds}"
+    )
+    for name, value in gen.items():
+        print(
+            f"  {name:26s} {value:9.0f}   x{value / gen['gpt2']:5.2f} vs gpt2   x{value / gen['llama']:5.2f} vs llama"
+        )
+
+
+if __name__ == "__main__":
+    main()
