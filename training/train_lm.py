@@ -424,7 +424,11 @@ def main(argv: list[str] | None = None) -> None:
     train_time, start_time = 0.0, time.perf_counter()
     running_loss, running_n, tokens_per_second = 0.0, 0, 0.0
     progress = tqdm(
-        total=args.max_train_steps, initial=start_step, disable=not accelerator.is_local_main_process, desc="train"
+        total=args.max_train_steps,
+        initial=start_step,
+        disable=not accelerator.is_local_main_process,
+        desc="train",
+        mininterval=0.1 if sys.stderr.isatty() else 30.0,  # a log file gets a line every 30 s, not every step
     )
     model.train()
     for step in range(start_step, args.max_train_steps):
@@ -452,7 +456,9 @@ def main(argv: list[str] | None = None) -> None:
             tokens_per_second = tokens_per_step * (completed - start_step) / train_time
             record = {"step": completed, "loss": mean_loss, "learning_rate": lr}
             history.append(record)
-            progress.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_second:,.0f}")
+            progress.set_postfix(
+                loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_second:,.0f}", refresh=False
+            )
             if args.with_tracking:
                 accelerator.log({"train/loss": mean_loss, "train/learning_rate": lr}, step=completed)
         else:
