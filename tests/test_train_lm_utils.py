@@ -316,3 +316,14 @@ def test_full_split_loss_equals_mean_over_windows():
         count += y.numel()
     direct = torch.nn.functional.cross_entropy(logits_table[torch.from_numpy(ids[:-1])], torch.from_numpy(ids[1:]))
     assert count == 56 and math.isclose(total / count, direct.item(), rel_tol=1e-5)
+
+
+def test_dataset_name_reads_the_text_column(tmp_path):
+    """A local folder is a valid `datasets` id: its .txt files load with the `text` builder, one row per line."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "train.txt").write_text("first line\nsecond line\n\nlast\n", encoding="utf-8")
+    text = "".join(read_text_chunks(dataset_name=str(folder)))
+    assert text == "first line\nsecond line\n\nlast\n"
+    with pytest.raises(ValueError, match="no column 'content'"):
+        list(read_text_chunks(dataset_name=str(folder), text_column="content"))

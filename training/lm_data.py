@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+logger = logging.getLogger(__name__)
 
 CHUNK_CHARS = 1 << 20  # ~1 MB of text per encoding batch
 
@@ -80,10 +83,11 @@ def _dataset_chunks(name: str, config_name: str | None, text_column: str, chunk_
         raise ValueError(
             f"dataset {name!r} has no column {text_column!r} (columns: {dataset.column_names}); set --text_column"
         )
-    buffer, size = [], 0
+    buffer, size, skipped = [], 0, 0
     for row in dataset:
         text = row[text_column]
-        if not isinstance(text, str):
+        if not isinstance(text, str):  # None or a non-text value: counted and reported below
+            skipped += 1
             continue
         buffer.append(text)
         size += len(text) + 1
@@ -92,6 +96,10 @@ def _dataset_chunks(name: str, config_name: str | None, text_column: str, chunk_
             buffer, size = [], 0
     if buffer:
         yield "\n".join(buffer) + "\n"
+    if skipped:
+        logger.warning(
+            f"dataset {name!r}: skipped {skipped} of {len(dataset)} rows whose {text_column!r} is not a string"
+        )
 
 
 def collect_characters(chunks: Iterator[str]) -> str:
