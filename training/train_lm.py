@@ -111,7 +111,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--per_device_eval_batch_size",
         type=positive_int,
         default=None,
-        help="Windows per eval batch (default: the train batch size).",
+        help="Windows per eval batch; unset: the train batch size.",
     )
     train.add_argument(
         "--gradient_accumulation_steps", type=positive_int, default=1, help="Batches accumulated per optimizer step."
@@ -157,7 +157,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--checkpoints_total_limit",
         type=positive_int,
         default=None,
-        help="Keep only the newest N checkpoints (default: all).",
+        help="Keep only the newest N checkpoints; unset keeps all.",
     )
     evals.add_argument(
         "--resume_from_checkpoint",
