@@ -120,7 +120,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Padded source + target tokens per batch and process (like fairseq --max-tokens); pairs of similar length are batched together.",
     )
     data.add_argument(
-        "--shuffle_buffer_size", type=positive_int, default=10000, help="Pairs held in the shuffle/bucketing buffer."
+        "--shuffle_buffer_size",
+        type=positive_int,
+        default=10000,
+        help="Pairs held in the shuffle/bucketing buffer. A local file sorted by length (e.g. Tatoeba) needs a buffer as large as the file to be shuffled fully.",
     )
 
     model = p.add_argument_group("model and tokenizer")
