@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max_source_length",
         type=int,
         default=None,
-        help="Truncate sources to N tokens (default: the model's maximum).",
+        help="Truncate sources to N tokens; None = the model's max_position_embeddings.",
     )
     p.add_argument(
         "--zh_script",
@@ -57,12 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--output_file",
         default=None,
-        help="JSON file for scores and hypotheses (default: MODEL_DIR/score_<test name>_beam<N>.json).",
+        help="JSON file for scores and hypotheses; None = MODEL_DIR/score_<test name>_beam<N>.json.",
     )
     p.add_argument(
-        "--hypotheses_file", default=None, help="Hypotheses, one per line (default: output file with .hyp.txt)."
+        "--hypotheses_file", default=None, help="Hypotheses, one per line; None = the output file with .hyp.txt."
     )
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu).")
+    p.add_argument("--device", default=None, help="torch device; None = cuda if available, else cpu.")
     return p.parse_args(argv)
 
 
