@@ -110,6 +110,10 @@ def test_eager_and_sdpa_agree(model):
         torch.testing.assert_close(
             eager(x, attention_mask=mask).logits[real], model(x, attention_mask=mask).logits[real]
         )
+        attentions = eager(x, output_attentions=True).attentions  # only eager can return the weights
+    assert len(attentions) == eager.config.n_layer and attentions[0].shape == (2, 2, 9, 9)
+    torch.testing.assert_close(attentions[0].sum(-1), torch.ones(2, 2, 9))
+    assert attentions[0][0, 0].triu(1).abs().max() == 0  # causal
     kwargs = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": PAD}
     assert torch.equal(
         eager.generate(x, attention_mask=mask, **kwargs), model.generate(x, attention_mask=mask, **kwargs)
