@@ -65,6 +65,22 @@ def check_token_ids(input_ids: torch.Tensor, max_positions: int, what: str) -> N
         )
 
 
+def padding_mask(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor | None:
+    """1/0 mask from pad ids, or None when the batch has no padding (SDPA then needs no mask at all)."""
+    mask = input_ids.ne(pad_token_id)
+    return None if bool(mask.all()) else mask.long()
+
+
+def reject_unsupported_outputs(kwargs: dict) -> None:
+    """These HF outputs are not implemented; asking for them must not silently return nothing."""
+    for name in ("output_attentions", "output_hidden_states"):
+        if kwargs.get(name):
+            raise ValueError(
+                f"{name}=True is not supported by the translator; use model.set_attention_logit_monitor(True) "
+                "or forward hooks"
+            )
+
+
 class TranslatorAttention(nn.Module):
     """Multi-head attention (§3.2.2): encoder self-attention, masked decoder self-attention, or cross-attention.
 
@@ -337,16 +353,6 @@ class TranslatorDecoder(nn.Module):
         return x, cache
 
 
-def reject_unsupported_outputs(kwargs: dict) -> None:
-    """These HF outputs are not implemented; asking for them must not silently return nothing."""
-    for name in ("output_attentions", "output_hidden_states"):
-        if kwargs.get(name):
-            raise ValueError(
-                f"{name}=True is not supported by the translator; use model.set_attention_logit_monitor(True) "
-                "or forward hooks"
-            )
-
-
 class TranslatorPreTrainedModel(PreTrainedModel):
     """Shared plumbing: config class, Xavier initialisation, attention kernels, attention-logit monitor."""
 
@@ -476,12 +482,6 @@ class TranslatorModel(TranslatorPreTrainedModel):
             cache=cache if use_cache else None,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
         )
-
-
-def padding_mask(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor | None:
-    """1/0 mask from pad ids, or None when the batch has no padding (SDPA then needs no mask at all)."""
-    mask = input_ids.ne(pad_token_id)
-    return None if bool(mask.all()) else mask.long()
 
 
 class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMixin):

@@ -42,8 +42,12 @@ def test_small_translator_learns_to_reverse_sequences(one_thread):
     )
     model = TranslatorForConditionalGeneration(config).train()
     steps, warmup = 600, 50
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    # Short linear warmup, then linear decay to 0 (reaches >= 99% on seeds 0, 1 and 2; a constant rate after
+    # warmup was seed-sensitive, 87-99%).
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) * (1 - step / steps)
+    )
     generator = torch.Generator().manual_seed(0)
     losses = []
     for _ in range(steps):
