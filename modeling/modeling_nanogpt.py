@@ -358,7 +358,13 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
             attentions=outputs.attentions,
         )
 
-    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, **kwargs) -> dict:
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> dict:
         """transformers' default, plus nanoGPT's rule for learned positions past `block_size`.
 
         nanoGPT's `generate` feeds `idx[:, -block_size:]` to the model at every step. Learned positions stop at
@@ -366,7 +372,9 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         with a longer context) no longer fit: the cache is emptied and the last `block_size` tokens are encoded
         again at positions 0..block_size-1, exactly like nanoGPT. RoPE has no such limit and keeps its cache.
         """
-        model_inputs = super().prepare_inputs_for_generation(input_ids, **kwargs)
+        model_inputs = super().prepare_inputs_for_generation(
+            input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+        )
         block_size = self.config.block_size
         if (
             self.config.position_embedding_type != "learned"
@@ -378,7 +386,6 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         if model_inputs.get("cache") is not None:
             model_inputs["cache"].reset()
         model_inputs["input_ids"] = input_ids[:, -block_size:]
-        attention_mask = kwargs.get("attention_mask")
         if attention_mask is not None:
             model_inputs["attention_mask"] = attention_mask[:, -block_size:]
             model_inputs["position_ids"] = positions_from_mask(model_inputs["attention_mask"], block_size)

@@ -127,3 +127,10 @@ def test_logits_to_keep_and_hidden_states(model):
         last = model(x, logits_to_keep=1)
     torch.testing.assert_close(last.logits, full.logits[:, -1:])
     assert len(full.hidden_states) == model.config.n_layer + 1
+
+
+def test_generate_from_inputs_embeds(model):
+    x = prompts(2, 6)
+    kwargs = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": PAD}
+    from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(x), **kwargs)
+    assert torch.equal(from_embeds, model.generate(x, **kwargs)[:, 6:])  # only new tokens come back
