@@ -125,7 +125,7 @@ def plot_curves(
             xs, ys = zip(*series[key], strict=True)
             ax.plot(xs, ys, label=(labels or {}).get(key, key), marker="." if len(xs) < 50 else None)
         ax.set_xlabel(x_key)
-        ax.set_ylabel(panel[0] if len(panel) == 1 else "value")
+        ax.set_ylabel(panel[0] if len(panel) == 1 else "loss" if all("loss" in k for k in panel) else "value")
         ax.grid(True, alpha=0.3)
         ax.legend()
     if title:
