@@ -35,7 +35,7 @@ from nanoformer.hub import HubPushError
 from nanoformer.modeling import NanoGPTConfig, NanoGPTForCausalLM
 from nanoformer.tokenization import build_char_tokenizer
 from nanoformer.training.arguments import parse_config_overrides, positive_int
-from nanoformer.training.checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint
+from nanoformer.training.checkpointing import load_checkpoint, read_meta, resolve_checkpoint, save_checkpoint
 from nanoformer.training.lm_data import (
     RandomWindowSampler,
     collect_characters,
@@ -189,6 +189,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error("--push_to_hub: HF_HUB_OFFLINE is set (offline mode); unset it to push, or drop --push_to_hub")
     if args.min_learning_rate > args.learning_rate:
         p.error(f"--min_learning_rate ({args.min_learning_rate}) is above --learning_rate ({args.learning_rate})")
+    try:
+        accelerator_tracking_kwargs(args.with_tracking, args.report_to, ".")
+    except ValueError as err:
+        p.error(str(err))
     args.per_device_eval_batch_size = args.per_device_eval_batch_size or args.per_device_train_batch_size
     return args
 
@@ -339,10 +343,17 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("nanoformer").setLevel(logging.INFO)  # our messages; libraries stay at WARNING
     set_seed(args.seed)
 
-    with accelerator.main_process_first():  # the main process encodes and caches the ids; the others reuse them
-        tokenizer, ids = load_tokenizer_and_ids(args)
-    train_ids, val_ids = split_train_val(ids, args.validation_split_percentage)
-    model = build_model(args, tokenizer)
+    try:  # bad input (file, text, config, checkpoint) ends here with one clear line and a non-zero exit
+        with accelerator.main_process_first():  # the main process encodes and caches the ids; the others reuse them
+            tokenizer, ids = load_tokenizer_and_ids(args)
+        train_ids, val_ids = split_train_val(ids, args.validation_split_percentage)
+        model = build_model(args, tokenizer)
+        checkpoint = resolve_checkpoint(args.resume_from_checkpoint, args.output_dir)
+        saved_tokenizer = read_meta(checkpoint).get("extra", {}).get("tokenizer") if checkpoint else None
+        if saved_tokenizer not in (None, tokenizer_fingerprint(tokenizer)):
+            raise ValueError(f"{checkpoint} was trained with a different tokenizer/vocabulary than this run's")
+    except ValueError as err:
+        raise SystemExit(f"train_lm.py: error: {err}") from None
     model.generation_config = GenerationConfig(
         do_sample=True,
         temperature=0.8,
@@ -366,11 +377,8 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     start_step, history = 0, []
-    checkpoint = resolve_checkpoint(args.resume_from_checkpoint, args.output_dir)
     if checkpoint is not None:
         state = load_checkpoint(accelerator, checkpoint)
-        if state.extra.get("tokenizer") not in (None, tokenizer_fingerprint(tokenizer)):
-            raise ValueError(f"{checkpoint} was trained with a different tokenizer/vocabulary than this run's")
         changed = {
             k: (state.args.get(k), v)
             for k, v in vars(args).items()
@@ -536,9 +544,5 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     try:
         main()
-    except ValueError as err:  # bad input (file, text, config): one clear line, non-zero exit
-        print(f"train_lm.py: error: {err}", file=sys.stderr)
-        sys.exit(1)
     except HubPushError as err:  # the model is saved; only the upload failed
-        print(f"train_lm.py: error: {err}", file=sys.stderr)
-        sys.exit(1)
+        raise SystemExit(f"train_lm.py: error: {err}") from None
