@@ -67,6 +67,7 @@ def main() -> None:
     )
     p.add_argument("--minutes", type=float, default=15.0, help="Training-step time budget per model.")
     p.add_argument("--ours_extra", default="", help="Extra train_mt.py flags for ours (space-separated).")
+    p.add_argument("--runs", default="ours,ours_preln,marian", help="Comma-separated runs to train and score.")
     p.add_argument("--skip_train", action="store_true", help="Only score existing runs.")
     args = p.parse_args()
 
@@ -90,6 +91,7 @@ def main() -> None:
         ],
         "marian": ["--model_type", "marian", "--config_overrides", SIZE, *MARIAN_RECIPE],
     }  # fmt: skip
+    runs = {name: runs[name] for name in args.runs.split(",")}
 
     if not args.skip_train:
         sys.path.insert(0, str(REPO))
