@@ -8,6 +8,10 @@ helpers wrap them as LambdaLR multipliers of each param group's initial lr (so e
 the optimizer's lr for the cosine schedule, and any optimizer lr works for Noam, whose value is absolute).
 LambdaLR evaluates the function at ``last_epoch`` = the number of `scheduler.step()` calls so far, which is the index
 of the next optimizer step: step k (0-based) trains with ``fn(k)``, exactly like nanoGPT's ``get_lr(iter_num)``.
+
+With Accelerate, step the scheduler once per optimizer update: either prepare it with
+``Accelerator(step_scheduler_with_optimizer=False)`` or keep it out of `prepare` and `register_for_checkpointing` it
+(a prepared scheduler is otherwise stepped ``num_processes`` times per update).
 """
 
 from __future__ import annotations
