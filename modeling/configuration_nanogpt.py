@@ -36,7 +36,9 @@ class NanoGPTConfig(PreTrainedConfig):
             Longest sequence one forward pass may see (`max_position_embeddings`). With learned positions a longer
             input raises `ValueError`; `generate()` still continues past it by conditioning on the last
             `block_size` tokens, like nanoGPT's `generate`. With RoPE it is the context the model was trained on
-            and the reference length for `rope_parameters` scaling.
+            and the reference length for `rope_parameters` scaling. Plain RoPE (`rope_type` "default") never lets
+            a token attend further back than `block_size` tokens, itself included: longer inputs and generation
+            past `block_size` use a sliding window of that width (see [`NanoGPTConfig.sliding_window`]).
         n_layer (`int`, defaults to 12):
             Number of Transformer blocks (`num_hidden_layers`).
         n_head (`int`, defaults to 12):
@@ -73,8 +75,10 @@ class NanoGPTConfig(PreTrainedConfig):
             `block_size`: when a sequence of length L > block_size is seen, the base becomes
             `rope_theta · (f·L/block_size − (f − 1)) ** (d / (d − 2))` (d = head size), which stretches the slow
             frequencies and leaves the fast ones almost unchanged; positions inside `block_size` are untouched.
-            As in transformers' own models, keys already in a KV cache keep the rotation they were computed with,
-            so beyond `block_size` cached and uncached generation may differ slightly.
+            The point of "dynamic" is to use more context than `block_size`, so it attends to the whole sequence
+            and keeps the whole KV cache (no sliding window). As in transformers' own models, keys already in a KV
+            cache keep the rotation they were computed with, so beyond `block_size` cached and uncached generation
+            may differ slightly.
             Only used with `position_embedding_type="rope"`.
         initializer_range (`float`, defaults to 0.02):
             Standard deviation of the normal init of all Linear and Embedding weights. The projections that write
@@ -132,6 +136,24 @@ class NanoGPTConfig(PreTrainedConfig):
         # The base class moves `rope_theta` (and a legacy `rope_scaling`) into `rope_parameters`.
         super().__post_init__(**kwargs)
         self.validate_architecture()
+
+    @property
+    def sliding_window(self) -> int | None:
+        """Width of the attention window, read by transformers' masks and `DynamicCache`: `block_size` for plain
+        RoPE, `None` (no window) otherwise.
+
+        A RoPE model trained on `block_size` tokens has never seen a query and a key further apart than
+        `block_size - 1`, and produces garbage when asked to. Because RoPE only encodes relative positions, a
+        window of the last `block_size` tokens (as in Mistral) keeps it inside what it was trained on, and the
+        cached keys/values of those tokens stay valid: the cache holds the newest `block_size - 1` of them and
+        generation goes on indefinitely. Sequences up to `block_size` are unaffected (plain causal attention).
+        Learned positions cannot go past `block_size` at all, and "dynamic" RoPE scaling exists to use the full,
+        longer context, so neither has a window.
+        """
+        rope_type = (self.rope_parameters or {}).get("rope_type", "default")
+        if self.position_embedding_type == "rope" and rope_type == "default":
+            return self.block_size
+        return None
 
     def validate_architecture(self) -> None:
         """Raise `ValueError` naming the field when a value cannot build a model."""

@@ -15,7 +15,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_causal_mask
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -111,7 +111,7 @@ class NanoGPTAttention(nn.Module):
         if position_embeddings is not None:  # RoPE
             cos, sin = position_embeddings
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if cache is not None:  # append this step's keys/values and attend over the whole history
+        if cache is not None:  # append this step's keys/values and attend over the cached history
             k, v = cache.update(k, v, self.layer_idx)
 
         # "sdpa" by default, "eager" as the readable fallback. Spelled out here (not via layers.get_attention_function)
@@ -247,7 +247,8 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past+T) marks real tokens with 1 and padding with 0; `position_ids` default to
-        positions counted from the mask (left padding) or to past..past+T-1; `cache` is a transformers `Cache`."""
+        positions counted from the mask (left padding) or to past..past+T-1; `cache` is a transformers `Cache`.
+        With plain RoPE, each token attends to at most the last `block_size` tokens (`config.sliding_window`)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
         if inputs_embeds is None:
@@ -273,7 +274,14 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
                 position_ids = torch.arange(past_length, past_length + T, device=inputs_embeds.device).unsqueeze(0)
 
         # None when plain causal attention is exact (SDPA then uses is_causal), otherwise a padding-aware mask.
-        mask = create_causal_mask(
+        # Past `sliding_window` tokens (plain RoPE only) the mask is a band of that width; transformers' sliding
+        # mask sizes it against the cache, which then only keeps the newest sliding_window - 1 keys/values. Up to
+        # there the band equals the causal mask, whose builder can leave the work to SDPA's fast is_causal path.
+        window = self.config.sliding_window
+        make_mask = create_causal_mask
+        if window is not None and past_length + T > window:
+            make_mask = create_sliding_window_causal_mask
+        mask = make_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
@@ -365,12 +373,20 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> dict:
-        """transformers' default, plus nanoGPT's rule for learned positions past `block_size`.
+        """transformers' default, plus nanoGPT's rule for going past `block_size`: condition on the last
+        `block_size` tokens.
 
-        nanoGPT's `generate` feeds `idx[:, -block_size:]` to the model at every step. Learned positions stop at
-        `block_size - 1`, so once the sequence is longer, the cached keys/values (computed at other positions and
-        with a longer context) no longer fit: the cache is emptied and the last `block_size` tokens are encoded
-        again at positions 0..block_size-1, exactly like nanoGPT. RoPE has no such limit and keeps its cache.
+        - Learned positions: nanoGPT's `generate` feeds `idx[:, -block_size:]` to the model at every step. Learned
+          positions stop at `block_size - 1`, so once the sequence is longer, the cached keys/values (computed at
+          other positions and with a longer context) no longer fit: the cache is emptied and the last `block_size`
+          tokens are encoded again at positions 0..block_size-1, exactly like nanoGPT.
+        - Plain RoPE (`rope_type` "default"): nothing to do here. The model attends through a sliding window of
+          `block_size` tokens (`config.sliding_window`), so `DynamicCache` keeps only the newest `block_size - 1`
+          keys/values and positions keep counting up (RoPE only sees their differences). Unlike nanoGPT's
+          re-encoding, a cached token keeps the keys/values it got from its own window, so after `n_layer` layers
+          information can still flow from further back, as in Mistral; cached and uncached generation agree
+          because a long forward applies the same window.
+        - "dynamic" RoPE scaling: made to use more context than `block_size`, so the whole cache is kept.
         """
         model_inputs = super().prepare_inputs_for_generation(
             input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs

@@ -81,7 +81,7 @@ def test_generation_past_block_size(model, use_cache):
     assert out.shape == (2, 5 + new)
     if model.config.position_embedding_type == "learned":
         assert torch.equal(out, nanogpt_reference_generate(model, x, new, BLOCK))
-    else:  # RoPE keeps the whole history in its cache: the cached run equals full recomputation
+    else:  # RoPE: a sliding window of block_size, in the cache and in a full forward alike (tests below)
         reference = model.generate(x, max_new_tokens=new, do_sample=False, pad_token_id=PAD, use_cache=not use_cache)
         assert torch.equal(out, reference)
 
@@ -134,3 +134,80 @@ def test_generate_from_inputs_embeds(model):
     kwargs = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": PAD}
     from_embeds = model.generate(inputs_embeds=model.get_input_embeddings()(x), **kwargs)
     assert torch.equal(from_embeds, model.generate(x, **kwargs)[:, 6:])  # only new tokens come back
+
+
+def band_mask(length: int, width: int) -> torch.Tensor:
+    """(1, 1, length, length) boolean mask: query i sees keys i-width+1..i, built by hand (not by transformers)."""
+    rows, cols = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    return ((cols <= rows) & (cols > rows - width))[None, None]
+
+
+def banded_reference_generate(model, idx, max_new_tokens, width):
+    """Greedy loop without cache or generate(): full forward under an explicit band mask of `width`, argmax."""
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(idx, attention_mask=band_mask(idx.shape[1], width), use_cache=False).logits[:, -1, :]
+            idx = torch.cat([idx, logits.argmax(dim=-1, keepdim=True)], dim=1)
+    return idx
+
+
+@pytest.fixture(scope="module")
+def rope_model():
+    return sharp_model("llama")
+
+
+def test_rope_attends_through_a_window_of_block_size(rope_model):
+    """A forward longer than block_size applies the band by itself; with one layer, the last position then sees
+    exactly the last block_size tokens (RoPE is relative, so the absolute offset does not matter)."""
+    x = prompts(2, 3 * BLOCK)
+    with torch.no_grad():
+        logits = rope_model(x).logits
+        torch.testing.assert_close(logits, rope_model(x, attention_mask=band_mask(3 * BLOCK, BLOCK)).logits)
+        full_causal = rope_model(x, attention_mask=band_mask(3 * BLOCK, 3 * BLOCK)).logits
+        assert (logits - full_causal).abs().max() > 0.1  # the band really changes something
+        one_layer = sharp_model("llama", n_layer=1)
+        torch.testing.assert_close(
+            one_layer(x).logits[:, -1], one_layer(x[:, -BLOCK:]).logits[:, -1], atol=1e-4, rtol=1e-4
+        )
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_rope_generation_past_block_size_matches_banded_reference(rope_model, use_cache):
+    x = prompts(2, 5)
+    new = BLOCK + 50
+    out = rope_model.generate(x, max_new_tokens=new, do_sample=False, pad_token_id=PAD, use_cache=use_cache)
+    assert torch.equal(out, banded_reference_generate(rope_model, x, new, BLOCK))
+    # the window matters: attending to the whole history (the old behaviour) generates something else
+    assert not torch.equal(out, banded_reference_generate(rope_model, x, new, 10 * BLOCK))
+
+
+def test_rope_cache_holds_at_most_block_size_minus_one_tokens(rope_model):
+    x = prompts(2, 5)
+    kwargs = {"max_new_tokens": BLOCK + 20, "do_sample": False, "pad_token_id": PAD, "return_dict_in_generate": True}
+    out = rope_model.generate(x, **kwargs)
+    assert [layer.keys.shape[-2] for layer in out.cache.layers] == [BLOCK - 1] * rope_model.config.n_layer
+    dynamic = sharp_model("llama", rope_parameters={"rope_type": "dynamic", "factor": 2.0})
+    out = dynamic.generate(x, **kwargs)
+    assert out.cache.layers[0].keys.shape[-2] == 5 + BLOCK + 20 - 1  # NTK scaling keeps the whole context
+
+
+def test_rope_beam4_past_block_size_same_with_and_without_cache(rope_model):
+    x = prompts(2, 5)
+    kwargs = {"max_new_tokens": BLOCK + 10, "num_beams": 4, "num_return_sequences": 4, "do_sample": False}
+    kwargs |= {"pad_token_id": PAD, "output_scores": True, "return_dict_in_generate": True}
+    cached = rope_model.generate(x, use_cache=True, **kwargs)
+    uncached = rope_model.generate(x, use_cache=False, **kwargs)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_rope_left_padded_batch_past_block_size(rope_model, use_cache):
+    short, long = prompts(1, 4, seed=2), prompts(1, 7, seed=3)
+    batch = torch.cat([torch.cat([torch.full((1, 3), PAD), short], dim=1), long])
+    mask = (torch.arange(7) >= torch.tensor([[3], [0]])).long()
+    new = BLOCK + 20
+    kwargs = {"max_new_tokens": new, "do_sample": False, "pad_token_id": PAD, "use_cache": use_cache}
+    together = rope_model.generate(batch, attention_mask=mask, **kwargs)
+    assert torch.equal(together[0, 3:], banded_reference_generate(rope_model, short, new, BLOCK)[0])
+    assert torch.equal(together[1], banded_reference_generate(rope_model, long, new, BLOCK)[0])

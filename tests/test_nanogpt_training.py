@@ -7,7 +7,7 @@ import torch
 from nanoformer.modeling import NanoGPTConfig, NanoGPTForCausalLM
 from nanogpt_helpers import VARIANTS, prompts, tiny_config
 from torch.nn import functional as F
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -109,15 +109,16 @@ def test_same_logits_as_transformers_gpt2():
 
 def test_same_logits_as_transformers_llama():
     """The LLaMA-style variant (RMSNorm + SwiGLU + RoPE, no biases) against LlamaForCausalLM: our fused c_attn is
-    [q; k; v] and our fused c_fc is [gate; up]."""
+    [q; k; v] and our fused c_fc is [gate; up]. Past block_size, plain RoPE attends through a sliding window of
+    block_size tokens, which makes it Mistral (same weights) rather than LLaMA."""
     torch.manual_seed(0)
     ours_config = tiny_config("llama", bias=False, intermediate_size=80)
-    llama_config = LlamaConfig(
+    dims = dict(
         vocab_size=61, hidden_size=32, intermediate_size=80, num_hidden_layers=2, num_attention_heads=2,
-        max_position_embeddings=16, rms_norm_eps=ours_config.layer_norm_epsilon, tie_word_embeddings=True,
-        bos_token_id=None, eos_token_id=None,
+        num_key_value_heads=2, max_position_embeddings=16, rms_norm_eps=ours_config.layer_norm_epsilon,
+        tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
     )  # fmt: skip
-    reference = LlamaForCausalLM(llama_config).eval()
+    reference = LlamaForCausalLM(LlamaConfig(**dims)).eval()
     ours = NanoGPTForCausalLM(ours_config).eval()
     ref = reference.state_dict()
     state = {
@@ -135,5 +136,9 @@ def test_same_logits_as_transformers_llama():
         state[f"{o}ln_2.weight"] = ref[f"{r}post_attention_layernorm.weight"]
     ours.load_state_dict(state, strict=False)  # lm_head is tied to wte
     x = prompts(2, 24)  # longer than block_size: RoPE has no hard limit
+    mistral = MistralForCausalLM(MistralConfig(**dims, sliding_window=16)).eval()
+    mistral.load_state_dict(ref)
     with torch.no_grad():
-        torch.testing.assert_close(ours(x).logits, reference(x).logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours(x[:, :16]).logits, reference(x[:, :16]).logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours(x).logits, mistral(x).logits, atol=1e-5, rtol=1e-5)
+        assert (ours(x).logits - reference(x).logits).abs().max() > 1e-3  # the window changes the last 8 positions
