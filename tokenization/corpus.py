@@ -56,7 +56,7 @@ def _check_file(path: str | os.PathLike) -> Path:
     return path
 
 
-def _pair_from_row(row: object, source_lang: str, target_lang: str) -> tuple[str, str] | str:
+def pair_from_row(row: object, source_lang: str, target_lang: str) -> tuple[str, str] | str:
     """The (source, target) strings of one decoded row, or the reason it is malformed."""
     if not isinstance(row, dict):
         return "rows that are not JSON objects"
@@ -105,7 +105,7 @@ def _read_jsonl_pairs(path: Path, source_lang: str, target_lang: str, stats: Cor
             except json.JSONDecodeError:
                 stats.skip("lines that are not valid JSON")
                 continue
-            pair = _pair_from_row(row, source_lang, target_lang)
+            pair = pair_from_row(row, source_lang, target_lang)
             if isinstance(pair, str):
                 stats.skip(pair)
                 continue
@@ -184,7 +184,7 @@ def read_hub_translation_pairs(
 
 def _hub_pairs(dataset, source_lang: str, target_lang: str, stats: CorpusStats) -> Iterator[tuple[str, str]]:
     for row in dataset:
-        pair = _pair_from_row(row, source_lang, target_lang)
+        pair = pair_from_row(row, source_lang, target_lang)
         if isinstance(pair, str):
             stats.skip(pair)
             continue

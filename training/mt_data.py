@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from nanoformer.tokenization.corpus import DELIMITED_SUFFIXES, JSON_SUFFIXES, _pair_from_row
+from nanoformer.tokenization.corpus import DELIMITED_SUFFIXES, JSON_SUFFIXES, pair_from_row
 
 LOCAL_SUFFIXES = (*JSON_SUFFIXES, *DELIMITED_SUFFIXES)
 
@@ -74,13 +74,13 @@ class RowParser:
 
     def __call__(self, row: dict[str, Any]) -> tuple[str, str] | str:
         if self.kind == "hub":
-            pair = _pair_from_row(row, self.source_lang, self.target_lang)
+            pair = pair_from_row(row, self.source_lang, self.target_lang)
         elif self.kind == "jsonl":
             line = row["text"]
             if not line.strip():
                 return "blank lines"
             try:
-                pair = _pair_from_row(json.loads(line), self.source_lang, self.target_lang)
+                pair = pair_from_row(json.loads(line), self.source_lang, self.target_lang)
             except json.JSONDecodeError:
                 return "lines that are not valid JSON"
         else:
