@@ -17,12 +17,12 @@ turn, and the report gives the median over rounds plus ratios to the peers measu
 """
 
 import argparse
-import statistics
 import time
 from contextlib import nullcontext
 
 import torch
 from nanoformer.modeling import NanoGPTConfig, NanoGPTForCausalLM
+from timing import interleaved
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging
 
@@ -106,16 +106,6 @@ class Generator:
         elapsed = time.perf_counter() - start
         assert out.shape[1] == 1 + n
         return n / elapsed
-
-
-def interleaved(contestants: dict, rounds: int, measure) -> dict[str, float]:
-    """Median of `measure(contestant)` over `rounds`, visiting every contestant once per round (order rotates)."""
-    results = {name: [] for name in contestants}
-    names = list(contestants)
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            results[name].append(measure(contestants[name]))
-    return {name: statistics.median(values) for name, values in results.items()}
 
 
 def main() -> None:

@@ -18,12 +18,12 @@ rotating order; the report gives medians over rounds and ratios between contesta
 """
 
 import argparse
-import statistics
 import time
 from contextlib import nullcontext
 
 import torch
 from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration
+from timing import interleaved
 from transformers import MarianConfig, MarianMTModel
 from transformers.utils import logging
 
@@ -111,22 +111,13 @@ class Decoder:
     def run(self) -> float:
         start = time.perf_counter()
         with torch.inference_mode(), autocast(self.precision):
-            out = self.model.generate(input_ids=self.input_ids, attention_mask=torch.ones_like(self.input_ids),
-                                      **self.kwargs)
+            out = self.model.generate(
+                input_ids=self.input_ids, attention_mask=torch.ones_like(self.input_ids), **self.kwargs
+            )
         elapsed = time.perf_counter() - start
         new_tokens = self.kwargs["max_new_tokens"]
         assert out.shape == (len(self.input_ids), 1 + new_tokens), out.shape
         return len(out) * new_tokens / elapsed
-
-
-def interleaved(contestants: dict, rounds: int, measure) -> dict[str, float]:
-    """Median of `measure(contestant)` over `rounds`, visiting every contestant once per round (order rotates)."""
-    results = {name: [] for name in contestants}
-    names = list(contestants)
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            results[name].append(measure(contestants[name]))
-    return {name: statistics.median(values) for name, values in results.items()}
 
 
 def main() -> None:
@@ -155,7 +146,9 @@ def main() -> None:
         }
         train = interleaved(trainers, args.rounds, lambda trainer: trainer.run(args.steps))
         tokens = args.train_batch * args.tgt_len
-        print(f"\nTraining, target tokens/s (fwd+bwd+AdamW, {args.train_batch}x{args.tgt_len} = {tokens} target tokens)")
+        print(
+            f"\nTraining, target tokens/s (fwd+bwd+AdamW, {args.train_batch}x{args.tgt_len} = {tokens} target tokens)"
+        )
         for precision in args.precisions:
             ours, marian = train[f"ours {precision}"], train[f"marian {precision}"]
             print(f"  {precision}: ours {ours:8.0f}   marian {marian:8.0f}   ours/marian x{ours / marian:.2f}")
@@ -169,7 +162,9 @@ def main() -> None:
                 decoders[f"marian {precision}"] = Decoder("marian", precision, batch, beams, True, args.new_tokens)
                 decoders[f"ours-nocache {precision}"] = Decoder("ours", precision, batch, beams, False, args.new_tokens)
             speed = interleaved(decoders, args.rounds, lambda decoder: decoder.run())
-            print(f"\nDecoding {setting}, new tokens/s ({args.new_tokens} forced new tokens, source length {SRC_LEN_DECODE})")
+            print(
+                f"\nDecoding {setting}, new tokens/s ({args.new_tokens} forced new tokens, source length {SRC_LEN_DECODE})"
+            )
             for precision in args.precisions:
                 ours, marian = speed[f"ours {precision}"], speed[f"marian {precision}"]
                 nocache = speed[f"ours-nocache {precision}"]
