@@ -4,11 +4,8 @@ Kept free of model-specific imports so that `save_pretrained` can copy it next t
 model file (remote code imports it as `from .layers import ...`).
 """
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 
 def eager_attention_forward(
@@ -33,8 +30,3 @@ def eager_attention_forward(
     attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
     attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
     return attn_output, attn_weights
-
-
-def get_attention_function(attn_implementation: str | None) -> Callable:
-    """The attention kernel chosen by `config._attn_implementation` ("sdpa" by default, "eager" as fallback)."""
-    return ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation or "eager", eager_attention_forward)

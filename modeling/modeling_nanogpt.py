@@ -114,8 +114,8 @@ class NanoGPTAttention(nn.Module):
         if cache is not None:  # append this step's keys/values and attend over the cached history
             k, v = cache.update(k, v, self.layer_idx)
 
-        # "sdpa" by default, "eager" as the readable fallback. Spelled out here (not via layers.get_attention_function)
-        # because transformers only lets `set_attn_implementation` switch models whose file contains this call.
+        # "sdpa" by default, "eager" as the readable fallback. Spelled out here because transformers only lets
+        # `set_attn_implementation` switch models whose file contains this call.
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         y, weights = attention(
             self,

@@ -5,7 +5,7 @@ feed-forward (§3.3) → encoder and decoder layers (§3.1) → the stacks with 
 (§3.4) → the model with its output projection tied to that embedding, and the paper's decoding defaults (§6.1).
 
 transformers plumbing kept visible rather than hidden:
-- attention runs through `get_attention_function` (SDPA by default, eager as fallback);
+- attention runs through transformers' `ALL_ATTENTION_FUNCTIONS` (SDPA by default, eager as fallback);
 - masks come from `transformers.masking_utils` (bidirectional for encoder and cross attention, causal for the
   decoder), so padding, cached decoding and both attention kernels are handled by the library's tested code;
 - `generate()` drives the decoder with an `EncoderDecoderCache`; cross-attention keys/values are computed once.
@@ -22,9 +22,10 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_translator import TranslatorConfig
-from .layers import get_attention_function
+from .layers import eager_attention_forward
 
 # Imported so that `save_pretrained` copies the pipeline file next to this one (it follows single-dot imports);
 # `config.custom_pipelines` points `pipeline("translation", ...)` at it.
@@ -158,7 +159,9 @@ class TranslatorAttention(nn.Module):
         if self.monitor_logits:
             self._record_max_logits(query, key)
 
-        attention = get_attention_function(self.config._attn_implementation)
+        # Spelled out (not wrapped in a helper): transformers only lets `set_attn_implementation` switch models whose
+        # file contains this call.
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         output, _ = attention(
             self,
             query,

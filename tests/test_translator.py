@@ -383,3 +383,15 @@ def test_attention_logit_monitor(variant):
     model.set_attention_logit_monitor(False)
     model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec)
     assert model.attention_logit_stats() == {}
+
+
+def test_set_attn_implementation_switches_kernels():
+    """`set_attn_implementation` must really switch (transformers refuses models that hide the dispatch call)."""
+    config = TranslatorConfig(
+        vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+    )  # fmt: skip
+    model = TranslatorForConditionalGeneration(config).eval()
+    assert model.config._attn_implementation == "sdpa"
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
