@@ -357,7 +357,7 @@ class TranslatorDecoder(nn.Module):
 
 
 class TranslatorPreTrainedModel(PreTrainedModel):
-    """Shared plumbing: config class, Xavier initialisation, attention kernels, attention-logit monitor."""
+    """Shared plumbing: config class, initialisation, attention kernels, attention-logit monitor."""
 
     config: TranslatorConfig
     config_class = TranslatorConfig
@@ -368,19 +368,25 @@ class TranslatorPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["TranslatorEncoderLayer", "TranslatorDecoderLayer"]
 
     def _init_weights(self, module: nn.Module) -> None:
-        """Xavier-uniform matrices and zero biases, as the paper's reference code and the seed do.
+        """Normal(0, `config.init_std`) matrices and embedding, or with `init_std=None` the paper's code-base init:
+        Xavier-uniform matrices and an N(0, d_model^-0.5) embedding, which √d_model scaling brings to unit variance,
+        level with the sinusoids (Xavier on a vocab×d_model matrix would depend on the vocabulary size). Biases zero.
 
         transformers calls this for every leaf module (and never for loaded weights).
         """
+        std = self.config.init_std
         if isinstance(module, nn.Linear):
-            # A fused q/k/v (or k/v) weight is initialised as its separate d×d matrices would be.
-            fan_out = module.out_features // getattr(module, "num_fused", 1)
-            bound = math.sqrt(6.0 / (module.in_features + fan_out))
-            init.uniform_(module.weight, -bound, bound)
+            if std is not None:
+                init.normal_(module.weight, mean=0.0, std=std)
+            else:
+                # A fused q/k/v (or k/v) weight is initialised as its separate d×d matrices would be.
+                fan_out = module.out_features // getattr(module, "num_fused", 1)
+                bound = math.sqrt(6.0 / (module.in_features + fan_out))
+                init.uniform_(module.weight, -bound, bound)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            init.xavier_uniform_(module.weight)
+            init.normal_(module.weight, mean=0.0, std=std if std is not None else self.config.d_model**-0.5)
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)

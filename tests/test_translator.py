@@ -10,6 +10,7 @@ from nanoformer.modeling import (
     TranslatorModel,
     shift_tokens_right,
 )
+from nanoformer.modeling.modeling_translator import sinusoidal_positions
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
@@ -48,6 +49,8 @@ def contextful_model(seed: int = 0, attn_implementation: str = "sdpa", **overrid
     that ignores its context; the helper asserts that dependence.
     """
     torch.manual_seed(seed)
+    # Xavier init (`init_std=None`): larger weights than the default N(0, 0.02), so context visibly moves logits.
+    overrides.setdefault("init_std", None)
     model = TranslatorForConditionalGeneration(tiny_config(**overrides)).eval()
     model.set_attn_implementation(attn_implementation)
     with torch.no_grad():
@@ -100,11 +103,105 @@ def test_config_defaults_are_transformer_base():
         ("pad_token_id", None),
         ("max_position_embeddings", 0),
         ("layer_norm_eps", 0.0),
+        ("init_std", 0.0),
+        ("init_std", "0.02"),
     ],
 )
 def test_bad_config_raises_value_error_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         tiny_config(**{field: value})
+
+
+def test_default_init_is_normal_002_and_none_gives_the_paper_code_init():
+    torch.manual_seed(0)
+    config = tiny_config(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=2000)
+    model = TranslatorForConditionalGeneration(config)
+    layer = model.model.encoder.layers[0]
+    for weight in (model.model.encoder.embed_tokens.weight, layer.self_attn.qkv_proj.weight, layer.ffn.fc1.weight):
+        assert abs(weight.std().item() - 0.02) < 0.002
+    assert layer.self_attn.qkv_proj.bias.abs().max() == 0 and layer.ffn_norm.weight.eq(1).all()
+
+    torch.manual_seed(0)
+    paper = TranslatorForConditionalGeneration(tiny_config(**{**config.to_dict(), "init_std": None}))
+    embedding = paper.model.encoder.embed_tokens.weight
+    assert abs(embedding.std().item() - 64**-0.5) < 0.005  # N(0, d^-0.5): unit variance after the √d scaling
+    qkv, fc1 = paper.model.encoder.layers[0].self_attn.qkv_proj.weight, paper.model.encoder.layers[0].ffn.fc1.weight
+    # Xavier-uniform: bound √(6 / (fan_in + fan_out)), per q/k/v block for the fused projection.
+    for weight, bound in ((qkv, (6 / (64 + 64)) ** 0.5), (fc1, (6 / (64 + 64)) ** 0.5)):
+        assert weight.abs().max() <= bound and weight.abs().max() > 0.95 * bound
+
+
+def marian_twin(model: TranslatorForConditionalGeneration):
+    """A `MarianMTModel` with the same architecture and weights as `model` (post-LN, ReLU, shared scaled embedding).
+
+    Marian lays out its sinusoids as [sin | cos] while the paper (and we) interleave them, so Marian's fixed position
+    table is overwritten with ours; every learned weight is copied (our fused projections split back).
+    """
+    from transformers import MarianConfig, MarianMTModel
+
+    c = model.config
+    config = MarianConfig(
+        vocab_size=c.vocab_size, decoder_vocab_size=c.vocab_size, d_model=c.d_model, encoder_layers=c.encoder_layers,
+        decoder_layers=c.decoder_layers, encoder_attention_heads=c.encoder_attention_heads,
+        decoder_attention_heads=c.decoder_attention_heads, encoder_ffn_dim=c.encoder_ffn_dim,
+        decoder_ffn_dim=c.decoder_ffn_dim, max_position_embeddings=c.max_position_embeddings, dropout=c.dropout,
+        activation_function=c.activation_function, scale_embedding=True, share_encoder_decoder_embeddings=True,
+        pad_token_id=c.pad_token_id, eos_token_id=c.eos_token_id, bos_token_id=c.bos_token_id,
+        decoder_start_token_id=c.decoder_start_token_id, forced_eos_token_id=c.eos_token_id,
+    )  # fmt: skip
+    marian = MarianMTModel(config)
+    d = c.d_model
+    positions = sinusoidal_positions(torch.arange(c.max_position_embeddings), d)
+
+    def attention(ours, theirs, cross: bool) -> None:
+        if cross:
+            theirs.q_proj.load_state_dict(ours.q_proj.state_dict())
+            pairs = zip(("k_proj", "v_proj"), ours.kv_proj.weight.split(d), ours.kv_proj.bias.split(d), strict=True)
+        else:
+            pairs = zip(
+                ("q_proj", "k_proj", "v_proj"), ours.qkv_proj.weight.split(d), ours.qkv_proj.bias.split(d), strict=True
+            )
+        for name, weight, bias in pairs:
+            getattr(theirs, name).weight.copy_(weight)
+            getattr(theirs, name).bias.copy_(bias)
+        theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
+
+    with torch.no_grad():
+        marian.model.shared.weight.copy_(model.model.encoder.embed_tokens.weight)
+        for stack in ("encoder", "decoder"):
+            getattr(marian.model, stack).embed_positions.weight.copy_(positions)
+            for ours, theirs in zip(getattr(model.model, stack).layers, getattr(marian.model, stack).layers, strict=True):
+                attention(ours.self_attn, theirs.self_attn, cross=False)
+                theirs.self_attn_layer_norm.load_state_dict(ours.self_attn_norm.state_dict())
+                if stack == "decoder":
+                    attention(ours.cross_attn, theirs.encoder_attn, cross=True)
+                    theirs.encoder_attn_layer_norm.load_state_dict(ours.cross_attn_norm.state_dict())
+                theirs.fc1.load_state_dict(ours.ffn.fc1.state_dict())
+                theirs.fc2.load_state_dict(ours.ffn.fc2.state_dict())
+                theirs.final_layer_norm.load_state_dict(ours.ffn_norm.state_dict())
+    return marian
+
+
+def test_post_ln_model_matches_marian_with_copied_weights():
+    """Parity in the spirit of minGPT's GPT-2 check: the same weights give MarianMTModel's logits, loss and
+    gradients (forward and backward are faithful; any learning-speed difference can only come from the init)."""
+    model = contextful_model()
+    marian = marian_twin(model)
+    input_ids, attention_mask = sources()
+    labels = torch.tensor([[9, 14, 22, 31, EOS, -100], [17, 5, 8, 12, 30, EOS]])
+    model.train(), marian.train()  # dropout is 0: training mode only exercises the training code paths
+    ours = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    theirs = marian(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    torch.testing.assert_close(ours.logits, theirs.logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours.loss, theirs.loss)
+    ours.loss.backward(), theirs.loss.backward()
+    torch.testing.assert_close(
+        model.model.encoder.embed_tokens.weight.grad, marian.model.shared.weight.grad, rtol=1e-4, atol=1e-6
+    )
+    torch.testing.assert_close(
+        model.model.decoder.layers[-1].ffn.fc1.weight.grad, marian.model.decoder.layers[-1].fc1.weight.grad,
+        rtol=1e-4, atol=1e-6,
+    )
 
 
 # ---------------------------------------------------------------- generation: cache and padding
