@@ -541,6 +541,15 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
     def get_decoder(self) -> TranslatorDecoder:
         return self.model.decoder
 
+    def _reorder_cache(self, cache: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
+        """Beam search hook: reorder the decoder's self-attention keys/values to follow the surviving beams.
+
+        The cross-attention cache is left alone: beams are only ever reordered within their own sentence, and all
+        beams of a sentence hold identical copies of its encoder keys/values, so reordering them is a no-op.
+        """
+        cache.self_attention_cache.reorder_cache(beam_idx)
+        return cache
+
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by `DataCollatorForSeq2Seq`: the teacher-forcing decoder input for `labels`."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
