@@ -66,6 +66,7 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=15.0, help="Training-step time budget per model.")
     p.add_argument("--ours_extra", default="", help="Extra train_mt.py flags for ours (space-separated).")
     p.add_argument("--runs", default="ours,marian", help="Comma-separated runs: ours, ours_preln, marian.")
+    p.add_argument("--seed", type=int, default=42, help="Seed of every run (init, dropout, data order), for replicates.")
     p.add_argument("--skip_train", action="store_true", help="Only score existing runs.")
     args = p.parse_args()
 
@@ -110,7 +111,7 @@ def main() -> None:
                 py, str(REPO / "training" / "train_mt.py"), "--train_file", str(train_file),
                 "--validation_file", str(valid_file), "--tokenizer_name", str(tok_dir), *COMMON, *flags, "--max_train_minutes", str(args.minutes), "--eval_steps", "1000000",
                 "--checkpointing_steps", "1000000", "--max_eval_samples", "100", "--num_beams", "1",
-                "--logging_steps", "20", "--output_dir", str(out / name),
+                "--logging_steps", "20", "--seed", str(args.seed), "--output_dir", str(out / name),
             ]  # fmt: skip
             print(" ".join(cmd), flush=True)
             procs[name] = run(cmd, out / f"{name}.train.log", env)
