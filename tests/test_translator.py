@@ -126,8 +126,9 @@ def test_default_init_is_normal_002_and_none_gives_the_paper_code_init():
     embedding = paper.model.encoder.embed_tokens.weight
     assert abs(embedding.std().item() - 64**-0.5) < 0.005  # N(0, d^-0.5): unit variance after the √d scaling
     qkv, fc1 = paper.model.encoder.layers[0].self_attn.qkv_proj.weight, paper.model.encoder.layers[0].ffn.fc1.weight
-    # Xavier-uniform: bound √(6 / (fan_in + fan_out)), per q/k/v block for the fused projection.
-    for weight, bound in ((qkv, (6 / (64 + 64)) ** 0.5), (fc1, (6 / (64 + 64)) ** 0.5)):
+    # Xavier-uniform: bound √(6 / (fan_in + fan_out)), per q/k/v block for the fused projection; both are 64 → 64.
+    bound = (6 / (64 + 64)) ** 0.5
+    for weight in (qkv, fc1):
         assert weight.abs().max() <= bound and weight.abs().max() > 0.95 * bound
 
 
@@ -189,12 +190,15 @@ def test_post_ln_model_matches_marian_with_copied_weights():
     marian = marian_twin(model)
     input_ids, attention_mask = sources()
     labels = torch.tensor([[9, 14, 22, 31, EOS, -100], [17, 5, 8, 12, 30, EOS]])
-    model.train(), marian.train()  # dropout is 0: training mode only exercises the training code paths
+    # Dropout is 0: training mode only exercises the training code paths.
+    model.train()
+    marian.train()
     ours = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     theirs = marian(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     torch.testing.assert_close(ours.logits, theirs.logits, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours.loss, theirs.loss)
-    ours.loss.backward(), theirs.loss.backward()
+    ours.loss.backward()
+    theirs.loss.backward()
     torch.testing.assert_close(
         model.model.encoder.embed_tokens.weight.grad, marian.model.shared.weight.grad, rtol=1e-4, atol=1e-6
     )
