@@ -231,6 +231,16 @@ def test_config_overrides_are_typed_and_checked():
         parse_config_overrides("n_layer", NanoGPTConfig)
 
 
+def test_config_overrides_set_optional_fields_to_none():
+    from nanoformer.modeling import TranslatorConfig
+
+    # init_std is `float | None` with a float default: "null" selects None, other values stay floats.
+    assert parse_config_overrides("init_std=null,d_model=64", TranslatorConfig) == {"init_std": None, "d_model": 64}
+    assert parse_config_overrides("init_std=0.05", TranslatorConfig) == {"init_std": 0.05}
+    with pytest.raises(ValueError, match="d_model='null' as int"):  # a required field still refuses it
+        parse_config_overrides("d_model=null", TranslatorConfig)
+
+
 # --- LM data -----------------------------------------------------------------------------------------------------
 
 

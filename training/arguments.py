@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import types
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -12,9 +13,21 @@ from transformers import PretrainedConfig
 _NOT_OVERRIDABLE = {"transformers_version", "model_type", "architectures", "auto_map", "dtype", "torch_dtype"}
 
 
-def _convert(key: str, text: str, current: Any) -> Any:
-    """`text` converted to the type of the config's current value for `key` (JSON for None/list/dict values)."""
+def _accepts_none(config: PretrainedConfig, key: str) -> bool:
+    """Whether the config class declares `key` as optional (`float | None`, ...)."""
+    for cls in type(config).__mro__:
+        annotation = vars(cls).get("__annotations__", {}).get(key)
+        if annotation is not None:
+            return isinstance(annotation, types.UnionType) and type(None) in annotation.__args__
+    return False
+
+
+def _convert(key: str, text: str, current: Any, accepts_none: bool = False) -> Any:
+    """`text` converted to the type of the config's current value for `key` (JSON for None/list/dict values);
+    ``null`` gives None for a field declared optional."""
     text = text.strip()
+    if accepts_none and text == "null":
+        return None
     try:
         if isinstance(current, bool):
             lowered = text.lower()
@@ -42,7 +55,8 @@ def parse_config_overrides(overrides: str | None, config: PretrainedConfig | typ
     """Parse ``"n_layer=6,n_embd=384,dropout=0.2"`` into typed keyword arguments for `config`.
 
     Each value takes the type of the config's current (or default) value: ints stay ints, ``true``/``false`` become
-    bools, and fields that default to None accept JSON (``null``, numbers). Raises ValueError naming the problem for
+    bools, fields that default to None accept JSON (``null``, numbers), and any field declared optional
+    (``init_std: float | None``) accepts ``null``. Raises ValueError naming the problem for
     an unknown key (listing the valid ones), a malformed item or an unparsable value.
     """
     if not overrides or not overrides.strip():
@@ -62,7 +76,7 @@ def parse_config_overrides(overrides: str | None, config: PretrainedConfig | typ
             raise ValueError(
                 f"--config_overrides: unknown key {key!r} for {type(config).__name__}; valid keys: {', '.join(sorted(known))}"
             )
-        kwargs[key] = _convert(key, value, known[key])
+        kwargs[key] = _convert(key, value, known[key], _accepts_none(config, key))
     return kwargs
 
 
