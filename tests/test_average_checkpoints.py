@@ -184,6 +184,7 @@ def error_cases(run: Path, tmp: Path, char_tokenizer) -> dict[str, tuple[list[st
         "different models": (["--inputs", str(run / "step_4"), str(tmp / "gpt"), *out], "(different models?)"),
         "unwritable output": (["--last", "1", str(run), "--output", str(tmp / "a_file" / "out")], "is not a folder"),
         "no config": (["--last", "1", str(unfinished), *out], "pass --config_dir"),
+        "bad config_dir": (["--last", "1", str(run), "--config_dir", str(tmp / "empty"), *out], "no config.json"),
     }
 
 

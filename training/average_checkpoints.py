@@ -266,9 +266,9 @@ def find_config_dir(path: PathLike) -> Path:
     for candidate in candidates:
         if candidate is not None and (candidate / CONFIG_NAME).is_file():
             return candidate
-    where = f"{folder} nor its run folder {run}" if run else str(folder)
+    where = f"{folder} and its run folder {run} hold" if run else f"{folder} holds"
     raise AveragingError(
-        f"no {CONFIG_NAME} in {where} (has the run not finished yet?): pass --config_dir, a saved model of the same "
+        f"{where} no {CONFIG_NAME} (has the run not finished yet?): pass --config_dir, a saved model of the same "
         "architecture"
     )
 
@@ -353,6 +353,8 @@ def save_averaged_model(
             raise AveragingError(f"--output {output_dir} is one of the inputs")
     _check_writable(output_dir)
     config_dir = Path(config_dir) if config_dir else find_config_dir(paths[0])
+    if not (config_dir / CONFIG_NAME).is_file():
+        raise AveragingError(f"--config_dir {config_dir}: no {CONFIG_NAME} there")
     tokenizer_source = tokenizer_dir if tokenizer_dir else find_tokenizer_dir(paths[0], config_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, trust_remote_code=False)
