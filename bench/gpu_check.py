@@ -93,7 +93,7 @@ def make_plan(smoke: bool, budget: float | None) -> Plan:
     from bench_translator import BASE, MTSize
 
     if not smoke:
-        plan = Plan(mode="gpu", device="cuda", lm_size=GPU_RECIPE, mt_size=BASE)
+        plan = Plan(mode="gpu", device="cuda", lm_size=GPU_RECIPE, mt_size=BASE, lm_steps=20)
     else:
         plan = Plan(
             mode="smoke", device="cpu",
@@ -114,23 +114,41 @@ def make_plan(smoke: bool, budget: float | None) -> Plan:
 
 
 class SectionTimeout(Exception):
-    pass
+    """A section's time box ran out (the section stops; what it measured so far is kept)."""
+
+
+class ContestantTimeout(Exception):
+    """One contestant's build cap ran out (that contestant is left out; the section goes on)."""
 
 
 @contextmanager
-def time_box(seconds: float):
-    """Raise SectionTimeout in the main thread after `seconds` (a long C call is interrupted when it returns)."""
+def time_box(seconds: float, error: type = SectionTimeout):
+    """Raise `error` in the main thread after `seconds` (a long C call is interrupted when it returns).
+
+    Boxes nest: an inner box never outlasts the outer one, raises the outer's SectionTimeout when the outer limit is
+    the one that runs out, and gives the outer box back its remaining time when it ends.
+    """
+    outer_left = signal.getitimer(signal.ITIMER_REAL)[0]
+    limit = seconds if not outer_left else min(seconds, outer_left)
+    raised = error if not outer_left or seconds < outer_left else SectionTimeout
 
     def expire(signum, frame):
-        raise SectionTimeout(f"timed out after {seconds:.0f}s")
+        raise raised(f"timed out after {limit:.3g}s")
 
+    start = time.monotonic()
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    signal.setitimer(signal.ITIMER_REAL, max(limit, 0.01))
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer_left:
+            left = outer_left - (time.monotonic() - start)
+            if left > 0.05:
+                signal.setitimer(signal.ITIMER_REAL, left)
+            elif sys.exc_info()[0] is None:
+                raise SectionTimeout("timed out")
 
 
 def release_memory(device: torch.device) -> None:
@@ -461,10 +479,14 @@ def render(report: Report) -> str:
 # ---------------------------------------------------------------------------------------------------- races
 
 
-def race(report: Report, section: str, builders: dict, rounds: int, measure, device: torch.device, backends=()):
+def race(
+    report: Report, section: str, builders: dict, rounds: int, measure, device: torch.device, backends=(),
+    build_cap: float | None = None,
+):  # fmt: skip
     """Build each contestant, time them in interleaved rounds, then inspect each once (kernels, memory).
 
-    A contestant that fails is recorded and left out; a time-out keeps every measurement completed so far.
+    A contestant that fails, or whose build (with its warm-up: compilation) outlasts `build_cap` seconds, is recorded
+    and left out; a time-out of the section keeps every measurement completed so far.
     """
     from timing import interleaved, medians
 
@@ -474,7 +496,8 @@ def race(report: Report, section: str, builders: dict, rounds: int, measure, dev
             entry = report.entry(section, name)
             start = time.perf_counter()
             try:
-                contestants[name] = make()
+                with time_box(build_cap or 1e6, ContestantTimeout):
+                    contestants[name] = make()
             except SectionTimeout:
                 entry["error"] = "build timed out"
                 raise
@@ -525,6 +548,7 @@ def race(report: Report, section: str, builders: dict, rounds: int, measure, dev
 
 
 def lm_section(report: Report, section: str, specs: list[tuple[str, str]], rounds: int, steps: int, backends=()):
+    """LM training contestants; a compiled one may take at most 45% of the section's time box to build."""
     from bench_lm import Trainer
 
     plan, device = report.plan, torch.device(report.plan.device)
@@ -538,8 +562,9 @@ def lm_section(report: Report, section: str, specs: list[tuple[str, str]], round
         )  # fmt: skip
 
     builders = {f"{model} {mode}": builder(model, mode) for model, mode in specs}
+    cap = 0.45 * plan.budgets[section][0] if any(mode.endswith("+compile") for _, mode in specs) else None
     try:
-        race(report, section, builders, rounds, lambda trainer: trainer.run(steps), device, backends)
+        race(report, section, builders, rounds, lambda trainer: trainer.run(steps), device, backends, cap)
     finally:
         if any(mode.endswith("+compile") for _, mode in specs):
             torch._dynamo.reset()
@@ -730,7 +755,7 @@ def main() -> int:
             except Exception as error:  # noqa: BLE001 - the next section still runs
                 status.update(status="failed", error=f"{type(error).__name__}: {str(error).splitlines()[0][:300]}")
                 traceback.print_exc()
-                release_memory(torch.device(plan.device))
+            release_memory(torch.device(plan.device))
             status["seconds"] = round(time.perf_counter() - start, 1)
             log(f"== {name}: {status['status']} in {status['seconds']:.0f}s {status.get('error', '')}")
             report.write()
