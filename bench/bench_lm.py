@@ -18,42 +18,55 @@ turn, and the report gives the median over rounds plus ratios to the peers measu
 
 import argparse
 import time
-from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 from nanoformer.modeling import NanoGPTConfig, NanoGPTForCausalLM
-from timing import interleaved
+from timing import autocast, interleaved, synchronize
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging
 
-VOCAB, N_LAYER, N_HEAD, N_EMBD, BLOCK, BATCH = 65, 4, 4, 128, 64, 12
+
+@dataclass(frozen=True)
+class LMSize:
+    """Model and batch size of one comparison (default: nanoGPT's shakespeare_char CPU recipe)."""
+
+    vocab: int = 65
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block: int = 64
+    batch: int = 12
+
+
+CPU_RECIPE = LMSize()
+GPU_RECIPE = LMSize(n_layer=6, n_head=6, n_embd=384, block=256, batch=64)  # nanoGPT's shakespeare_char GPU recipe
 LLAMA_STYLE = {"norm_type": "rmsnorm", "mlp_type": "swiglu", "position_embedding_type": "rope", "bias": False}
+MODELS = ("nanogpt", "gpt2", "gpt2-stock", "nanogpt-llama", "llama")
 
 
-def build(name: str, context: int) -> torch.nn.Module:
+def build(name: str, context: int, size: LMSize = CPU_RECIPE) -> torch.nn.Module:
     """One model of the comparison; `context` is its position limit."""
     torch.manual_seed(0)
+    dims = {"vocab_size": size.vocab, "n_layer": size.n_layer, "n_head": size.n_head, "n_embd": size.n_embd}
     if name == "nanogpt":
-        config = NanoGPTConfig(vocab_size=VOCAB, block_size=context, n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD)
-        return NanoGPTForCausalLM(config)
+        return NanoGPTForCausalLM(NanoGPTConfig(block_size=context, **dims))
     if name == "nanogpt-llama":
-        config = NanoGPTConfig(
-            vocab_size=VOCAB, block_size=context, n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD, **LLAMA_STYLE
-        )
-        return NanoGPTForCausalLM(config)
+        return NanoGPTForCausalLM(NanoGPTConfig(block_size=context, **dims, **LLAMA_STYLE))
     if name in ("gpt2", "gpt2-stock"):
         # "gpt2": exact GELU like ours (like for like); "gpt2-stock": GPT-2's own tanh-approximate `gelu_new`,
         # the model nanoGPT's 1.17x speed-up was measured against.
         config = GPT2Config(
-            vocab_size=VOCAB, n_positions=context, n_embd=N_EMBD, n_layer=N_LAYER, n_head=N_HEAD,
+            vocab_size=size.vocab, n_positions=context, n_embd=size.n_embd, n_layer=size.n_layer, n_head=size.n_head,
             activation_function="gelu" if name == "gpt2" else "gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
             attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
         )  # fmt: skip
         return GPT2LMHeadModel(config)
     if name == "llama":
         config = LlamaConfig(
-            vocab_size=VOCAB, hidden_size=N_EMBD, intermediate_size=NanoGPTConfig(n_embd=N_EMBD, n_head=N_HEAD,
-            mlp_type="swiglu").intermediate_size, num_hidden_layers=N_LAYER, num_attention_heads=N_HEAD,
+            vocab_size=size.vocab, hidden_size=size.n_embd, intermediate_size=NanoGPTConfig(n_embd=size.n_embd,
+            n_head=size.n_head, mlp_type="swiglu").intermediate_size, num_hidden_layers=size.n_layer,
+            num_attention_heads=size.n_head,
             max_position_embeddings=context, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
         )  # fmt: skip
         return LlamaForCausalLM(config)
@@ -61,30 +74,37 @@ def build(name: str, context: int) -> torch.nn.Module:
 
 
 class Trainer:
-    """A model + AdamW + fixed batch; `run(steps)` returns training tokens/s."""
+    """A model + AdamW + fixed batch on `device`; `run(steps)` returns training tokens/s.
 
-    def __init__(self, name: str, precision: str, compile_model: bool = False):
-        self.model = build(name, BLOCK).train()
+    `compile_backend` is torch.compile's backend when `compile_model` ("eager" only traces, a quick CPU check).
+    """
+
+    def __init__(
+        self, name: str, precision: str, compile_model: bool = False, size: LMSize = CPU_RECIPE,
+        device: str = "cpu", compile_backend: str = "inductor",
+    ):  # fmt: skip
+        self.size, self.device, self.precision = size, torch.device(device), precision
+        self.model = build(name, size.block, size).train().to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         generator = torch.Generator().manual_seed(0)
-        self.batch = torch.randint(0, VOCAB, (BATCH, BLOCK), generator=generator)
-        self.autocast = precision == "bf16"
-        self.forward = torch.compile(self.model) if compile_model else self.model
+        self.batch = torch.randint(0, size.vocab, (size.batch, size.block), generator=generator).to(self.device)
+        self.forward = torch.compile(self.model, backend=compile_backend) if compile_model else self.model
         self.run(5 if compile_model else 2)  # warm-up (compilation takes a few calls)
 
     def step(self) -> None:
-        context = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else nullcontext()
-        with context:
+        with autocast(self.device, self.precision):
             loss = self.forward(input_ids=self.batch, labels=self.batch, use_cache=False).loss
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
     def run(self, steps: int) -> float:
+        synchronize(self.device)
         start = time.perf_counter()
         for _ in range(steps):
             self.step()
-        return steps * BATCH * BLOCK / (time.perf_counter() - start)
+        synchronize(self.device)
+        return steps * self.size.batch * self.size.block / (time.perf_counter() - start)
 
 
 class Generator:
@@ -125,7 +145,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
     trainers = {}
-    for name in ("nanogpt", "gpt2", "gpt2-stock", "nanogpt-llama", "llama"):
+    for name in MODELS:
         for precision in args.precisions.split(","):
             trainers[f"{name} {precision}"] = Trainer(name, precision)
     if not args.no_compile:
@@ -136,7 +156,9 @@ def main() -> None:
                 print(f"torch.compile ({precision}) failed here: {type(error).__name__}: {str(error)[:200]}")
     train = interleaved(trainers, args.rounds, lambda trainer: trainer.run(args.steps))
 
-    print(f"\nTraining, tokens/s (fwd+bwd+AdamW, batch {BATCH}x{BLOCK}), median of {args.rounds} interleaved rounds")
+    print(
+        f"\nTraining, tokens/s (fwd+bwd+AdamW, batch {CPU_RECIPE.batch}x{CPU_RECIPE.block}), median of {args.rounds} interleaved rounds"
+    )
     base = train["gpt2 fp32"]
     for name, value in train.items():
         print(f"  {name:26s} {value:9.0f}   x{value / base:5.2f} vs gpt2 fp32")

@@ -19,32 +19,46 @@ rotating order; the report gives medians over rounds and ratios between contesta
 
 import argparse
 import time
-from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration
-from timing import interleaved
+from timing import autocast, interleaved, synchronize
 from transformers import MarianConfig, MarianMTModel
 from transformers.utils import logging
 
-VOCAB, D_MODEL, HEADS, FFN, LAYERS, PAD, BOS, EOS = 8000, 256, 4, 1024, 3, 0, 2, 3
+PAD, BOS, EOS = 0, 2, 3
 SRC_LEN_DECODE = 24
 
 
-def build(name: str) -> torch.nn.Module:
+@dataclass(frozen=True)
+class MTSize:
+    """Dimensions shared by both models (default: this benchmark's CPU size; BASE: the paper's Transformer-base)."""
+
+    vocab: int = 8000
+    d_model: int = 256
+    heads: int = 4
+    ffn: int = 1024
+    layers: int = 3
+
+
+CPU_SIZE = MTSize()
+BASE = MTSize(vocab=37000, d_model=512, heads=8, ffn=2048, layers=6)
+
+
+def build(name: str, size: MTSize = CPU_SIZE) -> torch.nn.Module:
     """`ours` or `marian`, same architecture and sizes."""
     torch.manual_seed(0)
+    dims = dict(
+        vocab_size=size.vocab, d_model=size.d_model, encoder_layers=size.layers, decoder_layers=size.layers,
+        encoder_attention_heads=size.heads, decoder_attention_heads=size.heads, encoder_ffn_dim=size.ffn,
+        decoder_ffn_dim=size.ffn,
+    )  # fmt: skip
     if name == "ours":
-        config = TranslatorConfig(
-            vocab_size=VOCAB, d_model=D_MODEL, encoder_layers=LAYERS, decoder_layers=LAYERS,
-            encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
-        )  # fmt: skip
-        return TranslatorForConditionalGeneration(config)
+        return TranslatorForConditionalGeneration(TranslatorConfig(**dims))
     if name == "marian":
         config = MarianConfig(
-            vocab_size=VOCAB, d_model=D_MODEL, encoder_layers=LAYERS, decoder_layers=LAYERS,
-            encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
-            activation_function="relu", scale_embedding=True, dropout=0.1, attention_dropout=0.0,
+            **dims, activation_function="relu", scale_embedding=True, dropout=0.1, attention_dropout=0.0,
             activation_dropout=0.0, max_position_embeddings=512, pad_token_id=PAD, eos_token_id=EOS,
             bos_token_id=BOS, decoder_start_token_id=BOS, forced_eos_token_id=EOS,
             share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
@@ -53,55 +67,63 @@ def build(name: str) -> torch.nn.Module:
     raise ValueError(name)
 
 
-def autocast(precision: str):
-    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
-
-
-def random_ids(generator: torch.Generator, batch: int, length: int) -> torch.Tensor:
+def random_ids(generator: torch.Generator, batch: int, length: int, vocab: int = CPU_SIZE.vocab) -> torch.Tensor:
     """Random non-special tokens ending in </s> (no padding: both models take their fast path)."""
-    ids = torch.randint(4, VOCAB, (batch, length), generator=generator)
+    ids = torch.randint(4, vocab, (batch, length), generator=generator)
     ids[:, -1] = EOS
     return ids
 
 
 class Trainer:
-    """One training contestant: model, AdamW and a fixed batch."""
+    """One training contestant: model, AdamW and a fixed batch on `device`."""
 
-    def __init__(self, name: str, precision: str, batch: int, src_len: int, tgt_len: int):
-        self.model = build(name).train()
-        self.precision = precision
+    def __init__(
+        self, name: str, precision: str, batch: int, src_len: int, tgt_len: int, size: MTSize = CPU_SIZE,
+        device: str = "cpu",
+    ):  # fmt: skip
+        self.device, self.precision = torch.device(device), precision
+        self.model = build(name, size).train().to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         generator = torch.Generator().manual_seed(0)
         self.inputs = {
-            "input_ids": random_ids(generator, batch, src_len),
+            "input_ids": random_ids(generator, batch, src_len, size.vocab),
             "attention_mask": torch.ones(batch, src_len, dtype=torch.long),
-            "labels": random_ids(generator, batch, tgt_len),
+            "labels": random_ids(generator, batch, tgt_len, size.vocab),
         }
+        self.inputs = {key: value.to(self.device) for key, value in self.inputs.items()}
         self.target_tokens = batch * tgt_len
         self.step()  # warm-up (allocator, kernels)
 
     def step(self) -> None:
-        with autocast(self.precision):
+        with autocast(self.device, self.precision):
             loss = self.model(**self.inputs).loss
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
     def run(self, steps: int) -> float:
+        synchronize(self.device)
         start = time.perf_counter()
         for _ in range(steps):
             self.step()
+        synchronize(self.device)
         return steps * self.target_tokens / (time.perf_counter() - start)
 
 
 class Decoder:
-    """One decoding contestant: `generate()` with exactly `new_tokens` new tokens per sequence."""
+    """One decoding contestant: `generate()` with exactly `new_tokens` new tokens per sequence.
 
-    def __init__(self, name: str, precision: str, batch: int, num_beams: int, use_cache: bool, new_tokens: int):
-        self.model = build(name).eval()
-        self.precision = precision
+    `model` lets several contestants share one eval-mode model (built from `name` and `size` when not given).
+    """
+
+    def __init__(
+        self, name: str, precision: str, batch: int, num_beams: int, use_cache: bool, new_tokens: int,
+        size: MTSize = CPU_SIZE, device: str = "cpu", model: torch.nn.Module | None = None,
+    ):  # fmt: skip
+        self.device, self.precision = torch.device(device), precision
+        self.model = model if model is not None else build(name, size).eval().to(self.device)
         generator = torch.Generator().manual_seed(1)
-        self.input_ids = random_ids(generator, batch, SRC_LEN_DECODE)
+        self.input_ids = random_ids(generator, batch, SRC_LEN_DECODE, size.vocab).to(self.device)
         self.kwargs = dict(
             num_beams=num_beams, length_penalty=0.6, use_cache=use_cache, do_sample=False,
             min_new_tokens=new_tokens, max_new_tokens=new_tokens,
@@ -109,11 +131,13 @@ class Decoder:
         self.run()  # warm-up
 
     def run(self) -> float:
+        synchronize(self.device)
         start = time.perf_counter()
-        with torch.inference_mode(), autocast(self.precision):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             out = self.model.generate(
                 input_ids=self.input_ids, attention_mask=torch.ones_like(self.input_ids), **self.kwargs
             )
+        synchronize(self.device)
         elapsed = time.perf_counter() - start
         new_tokens = self.kwargs["max_new_tokens"]
         assert out.shape == (len(self.input_ids), 1 + new_tokens), out.shape
