@@ -211,3 +211,19 @@ def test_rope_left_padded_batch_past_block_size(rope_model, use_cache):
     together = rope_model.generate(batch, attention_mask=mask, **kwargs)
     assert torch.equal(together[0, 3:], banded_reference_generate(rope_model, short, new, BLOCK)[0])
     assert torch.equal(together[1], banded_reference_generate(rope_model, long, new, BLOCK)[0])
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "llama"])
+def test_old_cache_name_past_key_values_warns_and_is_used(variant):
+    """transformers 4.x called the cache `past_key_values`; it used to vanish into **kwargs (no cache, no warning)."""
+    model = sharp_model(variant)
+    x = prompts(2, 6)
+    with torch.no_grad():
+        prefix = model(x[:, :5], use_cache=True)
+        with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"):
+            old = model(x[:, 5:], past_key_values=prefix.cache)
+        assert old.cache.get_seq_length() == 6
+        torch.testing.assert_close(old.logits[:, -1], model(x).logits[:, -1], atol=1e-5, rtol=1e-5)
+        with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"):
+            base = model.transformer(x[:, :5], past_key_values=model(x[:, :5], use_cache=True).cache)
+        assert base.cache.get_seq_length() == 10
