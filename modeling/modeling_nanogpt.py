@@ -20,6 +20,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
@@ -258,7 +260,7 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past+T) marks real tokens with 1 and padding with 0; `position_ids` default to
         positions counted from the mask (left padding) or to past..past+T-1; `cache` is a transformers `Cache`.
@@ -353,7 +355,7 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids themselves (shifted inside, -100 ignored); `logits_to_keep=n` computes
         logits for the last n positions only (0: all)."""
@@ -364,6 +366,7 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
             cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,  # tuples (`return_dict=False`) are made once, by `can_return_tuple` on this forward
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state

@@ -17,13 +17,19 @@ Left out, on purpose:
   generation is tested by tests/test_nanogpt_generation.py and tests/test_translator.py, so the testers declare
   `all_generative_model_classes = ()` (the mixin's documented way to say "generate is tested elsewhere").
 
-What skips, and why (reported by the mixin itself with `skipTest`; nothing that can run on a CPU is skipped here):
-- GPU-only tests: flash-attention 2/3/4 and kernels, multi-GPU model parallelism, CPU/disk offload (needs an
-  accelerator), fp16/bf16 eager-vs-SDPA numerics and SDPA kernels where the device has no support.
-- Tests needing optional packages that are not installed: deepspeed, peft.
-- Tests for features these models do not have: multimodal feature getters (`get_image_features` ...), MoE router
-  logits, sequence-classification problem types, resizing position embeddings, vision/partial RoPE, tensor
-  parallel plans, flex attention.
+What skips, and why (the mixin's own `skipTest` reasons; everything that can run on a CPU runs, including
+`test_can_init_all_missing_weights`, which the mixin otherwise keeps for models it prioritises):
+- needs a GPU or other accelerator: flash-attention 2/3/4 and their kernels, SDPA-on-flash dispatch, multi-GPU
+  model parallelism, CPU/disk offload ("test requires accelerator"), MPS; fp16/bf16 eager-vs-SDPA numerics run.
+- optional packages not installed: deepspeed, kernels.
+- gated by transformers as slow (`RUN_SLOW`): `test_torch_compile_for_training`.
+- features these models do not have: composite/multimodal models (`test_sdpa_can_dispatch_composite_models`
+  words this "does not support SDPA"), sub-configs, MoE experts and router logits, `_keep_in_fp32_modules`,
+  checkpoint-conversion mappings, tensor-parallel plans, `grouped_mm`, position-embedding resizing, axial or
+  partial RoPE, `use_sliding_window` (Qwen-style switch), RoPE scaling for learned positions and the Translator,
+  sequence-classification heads; the decoder-only / seq2seq loss checks skip for the other kind of model;
+  for the Translator, `test_can_capture_specific_layers_hidden_states` looks for `hidden_states`, which a
+  seq2seq output names `encoder_hidden_states` / `decoder_hidden_states` (as MarianMT's does).
 """
 
 import unittest
@@ -110,6 +116,7 @@ class NanoGPTCommonTest(ModelTesterMixin, unittest.TestCase):
     layout: dict = {}
     all_model_classes = (NanoGPTModel, NanoGPTForCausalLM)
     all_generative_model_classes = ()  # generation: tests/test_nanogpt_generation.py
+    test_can_init_all_missing_weights_before_2023 = True  # (the mixin runs it only for models it prioritises)
     test_resize_embeddings = True
 
     def setUp(self):
@@ -183,6 +190,7 @@ class TranslatorModelTester:
 class TranslatorCommonTest(ModelTesterMixin, unittest.TestCase):
     all_model_classes = (TranslatorModel, TranslatorForConditionalGeneration)
     all_generative_model_classes = ()  # generation: tests/test_translator.py
+    test_can_init_all_missing_weights_before_2023 = True
     is_encoder_decoder = True
 
     def setUp(self):
