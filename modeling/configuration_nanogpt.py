@@ -6,12 +6,13 @@ exposes them under the names the rest of transformers reads (`hidden_size`, `num
 
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("gelu", "swiglu")
 POSITION_EMBEDDING_TYPES = ("learned", "rope")
-# "default" is plain RoPE; "dynamic" is transformers' name for NTK-aware scaling of the RoPE base.
-ROPE_TYPES = ("default", "dynamic")
+# RoPE types: "default" (plain RoPE) and every scaling type transformers implements.
+ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
 # SwiGLU hidden sizes are rounded up to a multiple of this (LLaMA uses 256, too coarse for small models).
 SWIGLU_MULTIPLE_OF = 64
 
@@ -70,16 +71,23 @@ class NanoGPTConfig(PreTrainedConfig):
             Base period of the RoPE frequencies. Also stored as `rope_parameters["rope_theta"]`, where
             transformers looks for it.
         rope_parameters (`dict`, *optional*):
-            transformers' RoPE dictionary (the old name `rope_scaling` is accepted too). `{"rope_type": "default"}`
-            is plain RoPE. `{"rope_type": "dynamic", "factor": f}` is NTK-aware scaling for contexts longer than
-            `block_size`: when a sequence of length L > block_size is seen, the base becomes
+            transformers' RoPE dictionary (the old name `rope_scaling` is accepted too), only with
+            `position_embedding_type="rope"`: a config with learned positions has no `rope_parameters` attribute at
+            all, since it has nothing to scale. `{"rope_type": "default"}` (the default) is plain RoPE. Every RoPE
+            type of `transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS` works and is computed by transformers'
+            own functions: `"linear"`, `"dynamic"`, `"yarn"`, `"longrope"`, `"llama3"`, ... (see
+            `transformers.modeling_rope_utils.RopeParameters` for their keys; scaling is relative to `block_size`).
+            `{"rope_type": "dynamic", "factor": f}` is NTK-aware scaling for contexts longer than `block_size`: when
+            a sequence of length L > block_size is seen, the base becomes
             `rope_theta · (f·L/block_size − (f − 1)) ** (d / (d − 2))` (d = head size), which stretches the slow
             frequencies and leaves the fast ones almost unchanged; positions inside `block_size` are untouched.
-            The point of "dynamic" is to use more context than `block_size`, so it attends to the whole sequence
-            and keeps the whole KV cache (no sliding window). As in transformers' own models, keys already in a KV
+            Scaled RoPE types exist to use more context than `block_size`, so they attend to the whole sequence
+            and keep the whole KV cache (no sliding window). As in transformers' own models, keys already in a KV
             cache keep the rotation they were computed with, so beyond `block_size` cached and uncached generation
-            may differ slightly.
-            Only used with `position_embedding_type="rope"`.
+            with "dynamic" may differ slightly.
+        sliding_window (`int`, *optional*):
+            Attend to at most this many most recent tokens (itself included). Left unset it is `block_size` for
+            plain RoPE and `None` (no window) otherwise; see [`NanoGPTConfig.sliding_window`].
         initializer_range (`float`, defaults to 0.02):
             Standard deviation of the normal init of all Linear and Embedding weights. The projections that write
             into the residual stream (`c_proj`) use `initializer_range / sqrt(2·n_layer)`, as in GPT-2.
@@ -122,7 +130,7 @@ class NanoGPTConfig(PreTrainedConfig):
     activation_function: str = "gelu"
     position_embedding_type: str = "learned"
     rope_theta: float = 10000.0
-    rope_parameters: dict | None = None
+    # `rope_parameters` and `sliding_window` are not fields: see `__post_init__` and the `sliding_window` property.
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True
     use_cache: bool = True
@@ -133,27 +141,43 @@ class NanoGPTConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         if self.intermediate_size is None and isinstance(self.n_embd, int):
             self.intermediate_size = swiglu_hidden_size(self.n_embd) if self.mlp_type == "swiglu" else 4 * self.n_embd
-        # The base class moves `rope_theta` (and a legacy `rope_scaling`) into `rope_parameters`.
+        # Only a RoPE model gets a `rope_parameters` attribute: transformers (and its common tests) read its mere
+        # presence as "this model supports RoPE scaling". The base class then moves `rope_theta` into it.
+        rope_parameters = kwargs.pop("rope_parameters", None) or kwargs.pop("rope_scaling", None)
+        if self.position_embedding_type == "rope":
+            self.rope_parameters = dict(rope_parameters or {"rope_type": "default"})
+        elif (rope_parameters or {}).get("rope_type", "default") != "default":
+            raise ValueError(
+                f"`rope_parameters` with rope_type {rope_parameters['rope_type']!r} needs "
+                f"`position_embedding_type='rope'`, got {self.position_embedding_type!r}."
+            )
         super().__post_init__(**kwargs)
         self.validate_architecture()
 
     @property
     def sliding_window(self) -> int | None:
-        """Width of the attention window, read by transformers' masks and `DynamicCache`: `block_size` for plain
-        RoPE, `None` (no window) otherwise.
+        """Width of the attention window, read by transformers' masks and `DynamicCache`. Unless set
+        (`config.sliding_window = w`, or `NanoGPTConfig(sliding_window=w)`; `None` turns it off), it is
+        `block_size` for plain RoPE and `None` (no window) otherwise.
 
         A RoPE model trained on `block_size` tokens has never seen a query and a key further apart than
         `block_size - 1`, and produces garbage when asked to. Because RoPE only encodes relative positions, a
         window of the last `block_size` tokens (as in Mistral) keeps it inside what it was trained on, and the
         cached keys/values of those tokens stay valid: the cache holds the newest `block_size - 1` of them and
         generation goes on indefinitely. Sequences up to `block_size` are unaffected (plain causal attention).
-        Learned positions cannot go past `block_size` at all, and "dynamic" RoPE scaling exists to use the full,
-        longer context, so neither has a window.
+        Learned positions cannot go past `block_size` at all, and scaled RoPE types exist to use the full,
+        longer context, so neither has a window by default.
         """
-        rope_type = (self.rope_parameters or {}).get("rope_type", "default")
+        if "sliding_window" in self.__dict__:  # set explicitly (and then saved in config.json)
+            return self.__dict__["sliding_window"]
+        rope_type = (getattr(self, "rope_parameters", None) or {}).get("rope_type", "default")
         if self.position_embedding_type == "rope" and rope_type == "default":
             return self.block_size
         return None
+
+    @sliding_window.setter
+    def sliding_window(self, value: int | None) -> None:
+        self.__dict__["sliding_window"] = value
 
     def validate_architecture(self) -> None:
         """Raise `ValueError` naming the field when a value cannot build a model."""
@@ -185,7 +209,13 @@ class NanoGPTConfig(PreTrainedConfig):
         self._validate_rope()
 
     def _validate_rope(self) -> None:
-        params = self.rope_parameters or {}
+        if self.sliding_window is not None and (
+            isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int) or self.sliding_window < 1
+        ):
+            raise ValueError(f"`sliding_window` must be a positive integer or None, got {self.sliding_window!r}.")
+        if self.position_embedding_type != "rope":
+            return
+        params = self.rope_parameters
         rope_type = params.get("rope_type", "default")
         if rope_type not in ROPE_TYPES:
             raise ValueError(f"`rope_parameters['rope_type']` must be one of {ROPE_TYPES}, got {rope_type!r}.")
@@ -194,20 +224,18 @@ class NanoGPTConfig(PreTrainedConfig):
                 f"`rope_theta` ({self.rope_theta}) and `rope_parameters['rope_theta']` ({params['rope_theta']}) "
                 "disagree; set only one of them."
             )
-        if rope_type == "dynamic":
+        if "factor" in params or rope_type in ("linear", "dynamic", "yarn"):
             factor = params.get("factor")
             if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1.0:
-                raise ValueError(f"`rope_parameters['factor']` must be a number >= 1 for 'dynamic', got {factor!r}.")
-            if self.position_embedding_type != "rope":
                 raise ValueError(
-                    "`rope_parameters` with rope_type 'dynamic' needs `position_embedding_type='rope'`, got "
-                    f"{self.position_embedding_type!r}."
+                    f"`rope_parameters['factor']` must be a number >= 1 for {rope_type!r}, got {factor!r}."
                 )
-        if self.position_embedding_type == "rope" and (self.n_embd // self.n_head) % 2 != 0:
+        if (self.n_embd // self.n_head) % 2 != 0:
             raise ValueError(
                 f"RoPE rotates pairs of dimensions, so the head size n_embd/n_head ({self.n_embd}/{self.n_head}) "
                 "must be even."
             )
+        self.validate_rope()  # transformers' own per-type checks of the remaining keys
 
 
 __all__ = ["NanoGPTConfig"]

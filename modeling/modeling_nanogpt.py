@@ -18,8 +18,11 @@ from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
@@ -41,33 +44,41 @@ def positions_from_mask(attention_mask: torch.Tensor, query_length: int) -> torc
 
 
 class NanoGPTRotaryEmbedding(nn.Module):
-    """cos/sin tables of RoPE for the given positions.
+    """cos/sin tables of RoPE for the given positions, as in transformers' LLaMA.
 
-    The frequencies are recomputed on every call (a few dozen numbers) instead of being kept in a buffer: nothing
-    can go stale after meta-device loading, and the NTK-aware "dynamic" scaling, whose base depends on the length
-    of the sequence, needs no state.
+    The frequencies of every RoPE type come from transformers' own functions (`ROPE_INIT_FUNCTIONS`: "linear",
+    "dynamic", "yarn", "longrope", "llama3", ...); `dynamic_rope_update` recomputes them for the types that depend
+    on the sequence length. `inv_freq` is a non-persistent buffer, refilled by `_init_weights` after meta-device
+    loading.
     """
 
     def __init__(self, config: NanoGPTConfig):
         super().__init__()
         self.config = config
-        self.head_dim = config.n_embd // config.n_head
-        self.rope_type = config.rope_parameters["rope_type"]
-
-    def inverse_frequencies(self, position_ids: torch.Tensor) -> torch.Tensor:
-        if self.rope_type == "dynamic":
-            # transformers' NTK-aware scaling: identical to plain RoPE up to block_size, a larger base beyond it.
-            inv_freq, _ = ROPE_INIT_FUNCTIONS["dynamic"](
-                self.config, position_ids.device, seq_len=position_ids.max() + 1
+        self.max_seq_len_cached = self.original_max_seq_len = config.block_size
+        self.rope_type = config.rope_parameters.get("rope_type", "default")
+        if self.rope_type != "default" and self.rope_type not in ROPE_INIT_FUNCTIONS:
+            raise ValueError(
+                f"Unknown rope_type {self.rope_type!r}: use 'default' or one of {sorted(ROPE_INIT_FUNCTIONS)}."
             )
-            return inv_freq
-        exponents = torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float) / self.head_dim
-        return 1.0 / (self.config.rope_theta**exponents)
+        rope_init_fn = ROPE_INIT_FUNCTIONS.get(self.rope_type, self.compute_default_rope_parameters)
+        inv_freq, self.attention_scaling = rope_init_fn(config)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
 
+    @staticmethod
+    def compute_default_rope_parameters(config: NanoGPTConfig, device=None, **kwargs) -> tuple[torch.Tensor, float]:
+        """Plain RoPE: inv_freq[i] = rope_theta^(-2i/d) for the d = head size dimensions, no output scaling."""
+        head_dim = config.n_embd // config.n_head
+        exponents = torch.arange(0, head_dim, 2, device=device, dtype=torch.float) / head_dim
+        return 1.0 / (config.rope_parameters["rope_theta"] ** exponents), 1.0
+
+    @dynamic_rope_update  # "dynamic" / "longrope": frequencies depend on the sequence length
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = position_ids[..., None].float() * self.inverse_frequencies(position_ids)  # (B, T, head_dim/2)
+        freqs = position_ids[..., None].float() * self.inv_freq.to(x.device)  # (B, T, head_dim/2)
         angles = torch.cat((freqs, freqs), dim=-1)  # LLaMA's "rotate half" layout
-        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        cos, sin = angles.cos() * self.attention_scaling, angles.sin() * self.attention_scaling
+        return cos.to(x.dtype), sin.to(x.dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -211,6 +222,8 @@ class NanoGPTPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
+        elif isinstance(module, NanoGPTRotaryEmbedding):
+            super()._init_weights(module)  # transformers' RoPE init fills `inv_freq` and `original_inv_freq`
 
 
 class NanoGPTModel(NanoGPTPreTrainedModel):
@@ -220,9 +233,11 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
         super().__init__(config)
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         if config.position_embedding_type == "learned":
+            if (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default") != "default":
+                raise ValueError("`rope_parameters` needs `position_embedding_type='rope'`; learned positions ignore it.")
             self.wpe = nn.Embedding(config.block_size, config.n_embd)
         else:
-            self.rotary = NanoGPTRotaryEmbedding(config)
+            self.rotary_emb = NanoGPTRotaryEmbedding(config)
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList(NanoGPTBlock(config, layer_idx) for layer_idx in range(config.n_layer))
         self.ln_f = make_norm(config)
@@ -236,6 +251,7 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
         self.wte = value
 
     @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the transformers 4.x name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -244,7 +260,7 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past+T) marks real tokens with 1 and padding with 0; `position_ids` default to
         positions counted from the mask (left padding) or to past..past+T-1; `cache` is a transformers `Cache`.
@@ -294,7 +310,7 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
             hidden_states = inputs_embeds + self.wpe(position_ids)
         else:
             hidden_states = inputs_embeds
-            position_embeddings = self.rotary(hidden_states, position_ids)
+            position_embeddings = self.rotary_emb(hidden_states, position_ids)
         hidden_states = self.drop(hidden_states)
         for block in self.h:
             hidden_states = block(
@@ -328,6 +344,7 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         self.lm_head = value
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -338,7 +355,7 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids themselves (shifted inside, -100 ignored); `logits_to_keep=n` computes
         logits for the last n positions only (0: all)."""
@@ -349,6 +366,7 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
             cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,  # tuples (`return_dict=False`) are made once, by `can_return_tuple` on this forward
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state

@@ -1,14 +1,16 @@
 """The "Attention Is All You Need" encoder–decoder (Vaswani et al., 2017) as a transformers 5 model.
 
 Reading order follows the paper: sinusoidal positions (§3.5) → multi-head attention (§3.2) → position-wise
-feed-forward (§3.3) → encoder and decoder layers (§3.1) → the stacks with the shared, √d_model-scaled embedding
-(§3.4) → the model with its output projection tied to that embedding, and the paper's decoding defaults (§6.1).
+feed-forward (§3.3) → encoder and decoder layers (§3.1) → the shared init/plumbing (`TranslatorPreTrainedModel`) →
+the stacks with the shared, √d_model-scaled embedding (§3.4) → the model with its output projection tied to that embedding, and the paper's decoding defaults (§6.1).
 
 transformers plumbing kept visible rather than hidden:
 - attention runs through transformers' `ALL_ATTENTION_FUNCTIONS` (SDPA by default, eager as fallback);
 - masks come from `transformers.masking_utils` (bidirectional for encoder and cross attention, causal for the
   decoder), so padding, cached decoding and both attention kernels are handled by the library's tested code;
-- `generate()` drives the decoder with an `EncoderDecoderCache`; cross-attention keys/values are computed once.
+- `generate()` drives the decoder with an `EncoderDecoderCache`; cross-attention keys/values are computed once;
+- `output_hidden_states` / `output_attentions` are recorded by transformers' `capture_outputs` hooks, and
+  `return_dict=False` gives tuples (`can_return_tuple`), exactly as in MarianMT.
 """
 
 import math
@@ -21,8 +23,18 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_translator import TranslatorConfig
 from .layers import eager_attention_forward
@@ -70,16 +82,6 @@ def padding_mask(input_ids: torch.Tensor, pad_token_id: int) -> torch.Tensor | N
     """1/0 mask from pad ids, or None when the batch has no padding (SDPA then needs no mask at all)."""
     mask = input_ids.ne(pad_token_id)
     return None if bool(mask.all()) else mask.long()
-
-
-def reject_unsupported_outputs(kwargs: dict) -> None:
-    """These HF outputs are not implemented; asking for them must not silently return nothing."""
-    for name in ("output_attentions", "output_hidden_states"):
-        if kwargs.get(name):
-            raise ValueError(
-                f"{name}=True is not supported by the translator; use model.set_attention_logit_monitor(True) "
-                "or forward hooks"
-            )
 
 
 class TranslatorAttention(nn.Module):
@@ -132,7 +134,9 @@ class TranslatorAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
-    ) -> torch.Tensor:
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Returns the output and, for eager attention, the attention probabilities (`output_attentions`)."""
         batch, length, _ = hidden_states.shape
         if self.is_cross_attention:
             (query,) = self._heads(self.q_proj(hidden_states), 1)
@@ -162,7 +166,7 @@ class TranslatorAttention(nn.Module):
         # Spelled out (not wrapped in a helper): transformers only lets `set_attn_implementation` switch models whose
         # file contains this call.
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-        output, _ = attention(
+        output, weights = attention(
             self,
             query,
             key,
@@ -170,8 +174,9 @@ class TranslatorAttention(nn.Module):
             attention_mask,
             dropout=self.attention_dropout if self.training else 0.0,
             scaling=self.scaling,
+            **kwargs,
         )
-        return self.out_proj(output.reshape(batch, length, -1))
+        return self.out_proj(output.reshape(batch, length, -1)), weights
 
     @torch.no_grad()
     def _record_max_logits(self, query: torch.Tensor, key: torch.Tensor) -> None:
@@ -216,13 +221,13 @@ class TranslatorEncoderLayer(GradientCheckpointingLayer):
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
         return nn.functional.dropout(x, p=self.dropout, training=self.training)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
         x = hidden_states
         if self.norm_first:
-            x = x + self._drop(self.self_attn(self.self_attn_norm(x), attention_mask))
+            x = x + self._drop(self.self_attn(self.self_attn_norm(x), attention_mask, **kwargs)[0])
             x = x + self._drop(self.ffn(self.ffn_norm(x)))
         else:
-            x = self.self_attn_norm(x + self._drop(self.self_attn(x, attention_mask)))
+            x = self.self_attn_norm(x + self._drop(self.self_attn(x, attention_mask, **kwargs)[0]))
             x = self.ffn_norm(x + self._drop(self.ffn(x)))
         return x
 
@@ -253,107 +258,20 @@ class TranslatorDecoderLayer(GradientCheckpointingLayer):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
         use_cache: bool = False,
+        **kwargs,
     ) -> torch.Tensor:
         x, memory = hidden_states, encoder_hidden_states
         if self.norm_first:
-            x = x + self._drop(self.self_attn(self.self_attn_norm(x), attention_mask, cache=cache))
-            x = x + self._drop(self.cross_attn(self.cross_attn_norm(x), encoder_attention_mask, memory, cache=cache))
+            x = x + self._drop(self.self_attn(self.self_attn_norm(x), attention_mask, cache=cache, **kwargs)[0])
+            cross = self.cross_attn(self.cross_attn_norm(x), encoder_attention_mask, memory, cache=cache, **kwargs)
+            x = x + self._drop(cross[0])
             x = x + self._drop(self.ffn(self.ffn_norm(x)))
         else:
-            x = self.self_attn_norm(x + self._drop(self.self_attn(x, attention_mask, cache=cache)))
-            x = self.cross_attn_norm(x + self._drop(self.cross_attn(x, encoder_attention_mask, memory, cache=cache)))
+            x = self.self_attn_norm(x + self._drop(self.self_attn(x, attention_mask, cache=cache, **kwargs)[0]))
+            cross = self.cross_attn(x, encoder_attention_mask, memory, cache=cache, **kwargs)
+            x = self.cross_attn_norm(x + self._drop(cross[0]))
             x = self.ffn_norm(x + self._drop(self.ffn(x)))
         return x
-
-
-class TranslatorEncoder(nn.Module):
-    """Token embedding × √d_model + sinusoidal positions, dropout, N encoder layers (+ final LayerNorm if pre-LN)."""
-
-    def __init__(self, config: TranslatorConfig):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.layers = nn.ModuleList(TranslatorEncoderLayer(config, i) for i in range(config.encoder_layers))
-        # Pre-LN leaves the residual stream un-normalised; post-LN's last sub-layer already ends in a LayerNorm.
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
-        self.gradient_checkpointing = False
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> BaseModelOutput:
-        """Encode right-padded source ids; `attention_mask` is 1 for real tokens, 0 for padding."""
-        reject_unsupported_outputs(kwargs)
-        check_token_ids(input_ids, self.config.max_position_embeddings, "source (input_ids)")
-        if attention_mask is not None and not attention_mask.bool().any(dim=-1).all():
-            raise ValueError("a source row is all padding (attention_mask has no 1): there is nothing to translate")
-
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.embed_tokens(input_ids) * self.embed_scale
-        x = x + sinusoidal_positions(positions, self.config.d_model).to(x.dtype)
-        x = nn.functional.dropout(x, p=self.config.dropout, training=self.training)
-
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=x, attention_mask=attention_mask)
-        for layer in self.layers:
-            x = layer(x, mask)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        return BaseModelOutput(last_hidden_state=x)
-
-
-class TranslatorDecoder(nn.Module):
-    """Embedding × √d_model + positions (continuing after the cached prefix), N decoder layers (+ final LN if pre-LN)."""
-
-    def __init__(self, config: TranslatorConfig):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.layers = nn.ModuleList(TranslatorDecoderLayer(config, i) for i in range(config.decoder_layers))
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
-        self.gradient_checkpointing = False
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        encoder_hidden_states: torch.Tensor,
-        encoder_attention_mask: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        cache: EncoderDecoderCache | None = None,
-        use_cache: bool = False,
-    ) -> tuple[torch.Tensor, EncoderDecoderCache | None]:
-        if use_cache and cache is None:
-            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past = cache.get_seq_length() if cache is not None else 0
-        if past + input_ids.shape[1] > self.config.max_position_embeddings:
-            raise ValueError(
-                f"decoder input reaches position {past + input_ids.shape[1]} > max_position_embeddings="
-                f"{self.config.max_position_embeddings}"
-            )
-
-        # generate() sends no decoder positions: the cached prefix length tells where this chunk starts.
-        positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
-        x = self.embed_tokens(input_ids) * self.embed_scale
-        x = x + sinusoidal_positions(positions, self.config.d_model).to(x.dtype)
-        x = nn.functional.dropout(x, p=self.config.dropout, training=self.training)
-
-        # Masks are built before the layers extend the cache (mask sizes are read from its current length).
-        self_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=x,
-            attention_mask=attention_mask,
-            cache=cache.self_attention_cache if cache is not None else None,
-        )
-        cross_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=x,
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
-        )
-        for layer in self.layers:
-            # Hidden states go positionally: gradient checkpointing only re-feeds positional arguments.
-            x = layer(x, encoder_hidden_states, self_mask, cross_mask, cache=cache, use_cache=use_cache)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        return x, cache
 
 
 class TranslatorPreTrainedModel(PreTrainedModel):
@@ -416,6 +334,127 @@ class TranslatorPreTrainedModel(PreTrainedModel):
         return stats
 
 
+class TranslatorEncoder(TranslatorPreTrainedModel):
+    """Token embedding × √d_model + sinusoidal positions, dropout, N encoder layers (+ final LayerNorm if pre-LN)."""
+
+    # What `output_hidden_states` / `output_attentions` record (transformers' `capture_outputs` hooks).
+    _can_record_outputs = {"hidden_states": TranslatorEncoderLayer, "attentions": TranslatorAttention}
+
+    def __init__(self, config: TranslatorConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.layers = nn.ModuleList(TranslatorEncoderLayer(config, i) for i in range(config.encoder_layers))
+        # Pre-LN leaves the residual stream un-normalised; post-LN's last sub-layer already ends in a LayerNorm.
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        """Encode right-padded source ids (or their embeddings); `attention_mask` is 1 for real tokens, 0 for
+        padding. `inputs_embeds` replace the token embedding lookup (they are scaled by √d_model as it is)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds (the source)")
+        if inputs_embeds is None:
+            check_token_ids(input_ids, self.config.max_position_embeddings, "source (input_ids)")
+            inputs_embeds = self.embed_tokens(input_ids)
+        else:
+            check_token_ids(inputs_embeds[..., 0], self.config.max_position_embeddings, "source (inputs_embeds)")
+        if attention_mask is not None and not attention_mask.bool().any(dim=-1).all():
+            raise ValueError("a source row is all padding (attention_mask has no 1): there is nothing to translate")
+
+        positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+        x = inputs_embeds * self.embed_scale
+        x = x + sinusoidal_positions(positions, self.config.d_model).to(x.dtype)
+        x = nn.functional.dropout(x, p=self.config.dropout, training=self.training)
+
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=x, attention_mask=attention_mask)
+        for layer in self.layers:
+            x = layer(x, mask, **kwargs)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return BaseModelOutput(last_hidden_state=x)
+
+
+class TranslatorDecoder(TranslatorPreTrainedModel):
+    """Embedding × √d_model + positions (continuing after the cached prefix), N decoder layers (+ final LN if pre-LN)."""
+
+    _can_record_outputs = {
+        "hidden_states": TranslatorDecoderLayer,
+        "attentions": OutputRecorder(TranslatorAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(TranslatorAttention, index=1, layer_name="cross_attn"),
+    }
+
+    def __init__(self, config: TranslatorConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.layers = nn.ModuleList(TranslatorDecoderLayer(config, i) for i in range(config.decoder_layers))
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the transformers 4.x name
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of decoder_input_ids or decoder_inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past = cache.get_seq_length() if cache is not None else 0
+        length = inputs_embeds.shape[1]
+        if past + length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"decoder input reaches position {past + length} > max_position_embeddings="
+                f"{self.config.max_position_embeddings}"
+            )
+
+        # generate() sends no decoder positions: the cached prefix length tells where this chunk starts.
+        positions = torch.arange(past, past + length, device=inputs_embeds.device)
+        x = inputs_embeds * self.embed_scale
+        x = x + sinusoidal_positions(positions, self.config.d_model).to(x.dtype)
+        x = nn.functional.dropout(x, p=self.config.dropout, training=self.training)
+
+        # Masks are built before the layers extend the cache (mask sizes are read from its current length).
+        self_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=x,
+            attention_mask=attention_mask,
+            cache=cache.self_attention_cache if cache is not None else None,
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=x,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            # Hidden states go positionally: gradient checkpointing only re-feeds positional arguments.
+            x = layer(x, encoder_hidden_states, self_mask, cross_mask, cache=cache, use_cache=use_cache, **kwargs)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=x, cache=cache if use_cache else None)
+
+
 class TranslatorModel(TranslatorPreTrainedModel):
     """The bare encoder–decoder returning decoder hidden states (no output projection).
 
@@ -444,6 +483,8 @@ class TranslatorModel(TranslatorPreTrainedModel):
     def get_decoder(self) -> TranslatorDecoder:
         return self.decoder
 
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the transformers 4.x name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -452,8 +493,10 @@ class TranslatorModel(TranslatorPreTrainedModel):
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
         cache: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
         input_ids (`(batch, src_len)`): right-padded source ids. Not needed when `encoder_outputs` is given.
@@ -463,33 +506,45 @@ class TranslatorModel(TranslatorPreTrainedModel):
         decoder_attention_mask (`(batch, tgt_len)`): optional decoder padding mask; causality is always applied.
         encoder_outputs: reuse an encoder pass (as `generate()` does).
         cache (`EncoderDecoderCache`): decoder key/value cache; returned when `use_cache`.
+        inputs_embeds, decoder_inputs_embeds: token embeddings to use instead of `input_ids` / `decoder_input_ids`.
+        Also `output_hidden_states`, `output_attentions` (eager attention) and `return_dict`, as in MarianMT.
         """
-        reject_unsupported_outputs(kwargs)
         if use_cache is None:
             use_cache = self.config.use_cache and not self.training
         if attention_mask is None and input_ids is not None:
             attention_mask = padding_mask(input_ids, self.config.pad_token_id)
         if encoder_outputs is None:
-            if input_ids is None:
-                raise ValueError("pass input_ids (the source) or encoder_outputs")
-            encoder_outputs = self.encoder(input_ids, attention_mask)
+            if input_ids is None and inputs_embeds is None:
+                raise ValueError("pass input_ids (the source), inputs_embeds or encoder_outputs")
+            # return_dict=True: the inner stacks answer with outputs even under `config.return_dict=False`.
+            encoder_outputs = self.encoder(
+                input_ids, attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
+            )
         elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0])
-        if decoder_input_ids is None:
+            encoder_outputs = BaseModelOutput(*encoder_outputs[:3])
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids, or labels to TranslatorForConditionalGeneration")
 
-        hidden_states, cache = self.decoder(
+        decoder_outputs = self.decoder(
             decoder_input_ids,
             encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
             attention_mask=decoder_attention_mask,
             cache=cache,
+            inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,
+            **kwargs,
         )
         return Seq2SeqModelOutput(
-            last_hidden_state=hidden_states,
-            cache=cache if use_cache else None,
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
         )
 
 
@@ -554,6 +609,8 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
         """Used by `DataCollatorForSeq2Seq`: the teacher-forcing decoder input for `labels`."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the transformers 4.x name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -562,10 +619,12 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
         cache: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int = 0,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
         Arguments as in [`TranslatorModel.forward`], plus:
@@ -574,7 +633,7 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
         logits_to_keep (`int`): compute logits for the last `n` positions only (0 = all); `generate()` uses 1.
         """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        if labels is not None and decoder_input_ids is None:
+        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
             input_ids=input_ids,
@@ -583,7 +642,10 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
             cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,  # tuples (`return_dict=False`) are made once, by `can_return_tuple` on this forward
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -606,7 +668,12 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
             loss=loss,
             logits=logits,
             cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
         )
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs):

@@ -12,6 +12,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("NANOFORMER_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+def pytest_configure(config):
+    # Marks of transformers' common model tests (tests/test_transformers_common.py), so that pytest knows them.
+    for mark in ("accelerate_tests", "flash_attn_test", "flash_attn_3_test", "flash_attn_4_test", "torch_compile_test"):
+        config.addinivalue_line("markers", f"{mark}: a mark of transformers' common model tests")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The folder of real public data laid beside the checkout (see its README)."""

@@ -47,11 +47,13 @@ def test_swiglu_hidden_size_is_two_thirds_of_4d_rounded_to_64(n_embd, expected):
         ({"activation_function": "swish_typo"}, ["activation_function"]),
         ({"dropout": 1.5}, ["dropout"]),
         ({"layer_norm_epsilon": 0.0}, ["layer_norm_epsilon"]),
-        ({"position_embedding_type": "rope", "rope_parameters": {"rope_type": "yarn", "factor": 2.0}}, ["rope_type"]),
+        ({"position_embedding_type": "rope", "rope_parameters": {"rope_type": "bogus", "factor": 2.0}}, ["rope_type"]),
         ({"position_embedding_type": "rope", "rope_parameters": {"rope_type": "dynamic", "factor": 0.5}}, ["factor"]),
         ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, ["position_embedding_type"]),
         ({"position_embedding_type": "rope", "n_embd": 30, "n_head": 10}, ["head size", "even"]),
-        ({"rope_theta": 500.0, "rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["rope_theta"]),
+        ({"position_embedding_type": "rope", "rope_theta": 500.0,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 10.0}}, ["rope_theta"]),
+        ({"position_embedding_type": "rope", "sliding_window": 0}, ["sliding_window"]),
     ],
 )
 def test_bad_config_raises_value_error_naming_the_field(fields, names):
@@ -96,3 +98,79 @@ def test_ntk_rope_scaling_changes_only_positions_beyond_block_size():
 def test_legacy_rope_scaling_keyword_is_accepted():
     config = NanoGPTConfig(position_embedding_type="rope", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     assert config.rope_parameters["rope_type"] == "dynamic" and config.rope_parameters["factor"] == 2.0
+
+
+# Every RoPE type of transformers either works (computed by transformers' own functions) or raises clearly.
+SCALED_ROPE = {
+    "linear": {"factor": 4.0},
+    "dynamic": {"factor": 4.0},
+    "yarn": {"factor": 4.0},
+    "longrope": {"factor": 4.0, "short_factor": [1.0] * 8, "long_factor": [4.0] * 8},  # one per pair (head size 16)
+    "llama3": {"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+}
+
+
+def test_every_transformers_rope_type_is_covered():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    # "proportional" (Gemma 4's partial rotation) needs partial_rotary_factor, which NanoGPT does not have.
+    assert set(ROPE_INIT_FUNCTIONS) - set(SCALED_ROPE) <= {"proportional"}
+
+
+@pytest.mark.parametrize("rope_type", sorted(SCALED_ROPE))
+def test_rope_type_changes_the_output_and_matches_transformers_frequencies(rope_type):
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = {"rope_type": rope_type, **SCALED_ROPE[rope_type]}
+    plain = sharp_model("llama")
+    scaled = NanoGPTForCausalLM(tiny_config("llama", initializer_range=0.3, rope_parameters=params)).eval()
+    scaled.load_state_dict(plain.state_dict())
+    x = prompts(1, 3 * BLOCK)
+    with torch.no_grad():
+        assert not torch.allclose(scaled(x).logits, plain(x).logits, atol=1e-4)
+        # the rotary tables are transformers' reference frequencies for that config and length
+        rotary = scaled.transformer.rotary_emb
+        position_ids = torch.arange(3 * BLOCK)[None]
+        cos, _ = rotary(torch.zeros(1), position_ids)
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](scaled.config, None, seq_len=3 * BLOCK)
+        angles = position_ids[..., None].float() * inv_freq
+        torch.testing.assert_close(cos, torch.cat((angles, angles), -1).cos() * scaling)
+
+
+def test_rope_type_set_after_construction_is_used():
+    """What transformers' common tests (and users) do: `config.rope_parameters = {...}`, then build a model."""
+    config = tiny_config("llama")
+    config.rope_parameters = {"rope_type": "linear", "factor": 4.0, "rope_theta": config.rope_theta}
+    model = NanoGPTForCausalLM(config)
+    assert model.transformer.rotary_emb.rope_type == "linear"
+    config.rope_parameters = {"rope_type": "bogus", "rope_theta": config.rope_theta}
+    with pytest.raises(ValueError, match="rope_type"):
+        NanoGPTForCausalLM(config)
+
+
+def test_learned_positions_carry_no_rope_parameters_and_refuse_scaling():
+    config = tiny_config("gpt2")
+    assert not hasattr(config, "rope_parameters") and "rope_parameters" not in config.to_dict()
+    # configs saved before, with the default dictionary, still load
+    assert not hasattr(NanoGPTConfig(rope_parameters={"rope_type": "default", "rope_theta": 1e4}), "rope_parameters")
+    config.rope_parameters = {"rope_type": "linear", "factor": 2.0}  # set after construction: refused too
+    with pytest.raises(ValueError, match="position_embedding_type"):
+        NanoGPTForCausalLM(config)
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "llama"])
+def test_sliding_window_is_settable_and_applied(variant, tmp_path):
+    config = tiny_config(variant)
+    assert config.sliding_window == (BLOCK if variant == "llama" else None)
+    config.sliding_window = 4
+    model = NanoGPTForCausalLM(config).eval()
+    x = prompts(1, BLOCK)
+    i = torch.arange(BLOCK)
+    band = ((i[:, None] >= i[None]) & (i[:, None] - i[None] < 4)).float()
+    band = torch.where(band.bool(), 0.0, torch.finfo(torch.float).min)[None, None]
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, model(x, attention_mask=band).logits)
+    config.save_pretrained(tmp_path)
+    assert NanoGPTConfig.from_pretrained(tmp_path).sliding_window == 4
+    config.sliding_window = None  # no window, also for plain RoPE
+    assert config.sliding_window is None

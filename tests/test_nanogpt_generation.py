@@ -211,3 +211,49 @@ def test_rope_left_padded_batch_past_block_size(rope_model, use_cache):
     together = rope_model.generate(batch, attention_mask=mask, **kwargs)
     assert torch.equal(together[0, 3:], banded_reference_generate(rope_model, short, new, BLOCK)[0])
     assert torch.equal(together[1], banded_reference_generate(rope_model, long, new, BLOCK)[0])
+
+
+@pytest.mark.parametrize("variant", ["gpt2", "llama"])
+def test_old_cache_name_past_key_values_warns_and_is_used(variant):
+    """transformers 4.x called the cache `past_key_values`; it used to vanish into **kwargs (no cache, no warning)."""
+    model = sharp_model(variant)
+    x = prompts(2, 6)
+    with torch.no_grad():
+        prefix = model(x[:, :5], use_cache=True)
+        with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"):
+            old = model(x[:, 5:], past_key_values=prefix.cache)
+        assert old.cache.get_seq_length() == 6
+        torch.testing.assert_close(old.logits[:, -1], model(x).logits[:, -1], atol=1e-5, rtol=1e-5)
+        with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"):
+            base = model.transformer(x[:, :5], past_key_values=model(x[:, :5], use_cache=True).cache)
+        assert base.cache.get_seq_length() == 10
+
+
+@pytest.mark.parametrize("how", ["kwarg", "config"])
+def test_return_dict_false_gives_tuples(how):
+    model = sharp_model("llama")
+    x = prompts(2, 6)
+    with torch.no_grad():
+        expected = model(x, labels=x)
+        if how == "config":
+            model.config.return_dict = False
+        kwargs = {"return_dict": False} if how == "kwarg" else {}
+        for m in (model, model.transformer):
+            out = m(x, **kwargs)
+            assert isinstance(out, tuple) and torch.is_tensor(out[0])
+        loss, logits = model(x, labels=x, **kwargs)[:2]
+    torch.testing.assert_close(loss, expected.loss)
+    torch.testing.assert_close(logits, expected.logits)
+
+
+def test_hidden_states_and_attentions_are_returned():
+    model = sharp_model("gpt2")
+    model.set_attn_implementation("eager")
+    x = prompts(2, 6)
+    with torch.no_grad():
+        out = model(x, output_hidden_states=True, output_attentions=True)
+        model.config.output_hidden_states = True
+        from_config = model(x)
+    assert len(out.hidden_states) == model.config.n_layer + 1 and len(out.attentions) == model.config.n_layer
+    assert out.attentions[0].shape == (2, model.config.n_head, 6, 6)
+    assert len(from_config.hidden_states) == model.config.n_layer + 1

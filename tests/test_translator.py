@@ -317,11 +317,12 @@ def test_default_generation_follows_the_paper():
     assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3).shape[1] <= 4
     assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_length=5).shape[1] <= 5
     # generate() with no arguments at all = beam 4 with lp 0.6 and the source-length bound.
-    short = torch.tensor([[6, 17, EOS]])
+    # (a source where this random model's beam result differs from greedy's)
+    short = torch.tensor([[12, 7, 33, EOS]])
     default = model.generate(short)
-    explicit = model.generate(short, num_beams=4, length_penalty=0.6, early_stopping=True, max_new_tokens=3 + 50)
+    explicit = model.generate(short, num_beams=4, length_penalty=0.6, early_stopping=True, max_new_tokens=4 + 50)
     assert torch.equal(default, explicit)
-    assert not torch.equal(default, model.generate(short, num_beams=1, max_new_tokens=3 + 50))
+    assert not torch.equal(default, model.generate(short, num_beams=1, max_new_tokens=4 + 50))
 
 
 # ---------------------------------------------------------------- loss
@@ -437,8 +438,6 @@ def test_empty_or_too_long_source_raises_a_clear_error():
         model.generate(input_ids=too_long)
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model(input_ids=too_long[:, :10], decoder_input_ids=torch.full((1, 65), 5))
-    with pytest.raises(ValueError, match="output_attentions"):
-        model(input_ids=too_long[:, :10], decoder_input_ids=dec, output_attentions=True)
 
 
 # ---------------------------------------------------------------- attention-logit monitor
@@ -496,3 +495,97 @@ def test_set_attn_implementation_switches_kernels():
     assert model.config._attn_implementation == "sdpa"
     model.set_attn_implementation("eager")
     assert model.config._attn_implementation == "eager"
+
+
+# ---------------------------------------------------------------- transformers output conventions (as MarianMT)
+
+OUTPUT_FIELDS = ("encoder_hidden_states", "decoder_hidden_states", "encoder_attentions", "decoder_attentions",
+                 "cross_attentions")
+
+
+@pytest.mark.parametrize("how", ["kwarg", "config"])
+def test_hidden_states_and_attentions_equal_marians(how):
+    """`output_hidden_states` / `output_attentions` used to be refused (kwarg) or silently ignored (config)."""
+    model = contextful_model(attn_implementation="eager")
+    marian = marian_twin(model).eval()
+    marian.set_attn_implementation("eager")
+    src, mask = sources()
+    dec = torch.tensor([[BOS, 11, 30, 8], [BOS, 5, 6, 7]])
+    flags = {"output_hidden_states": True, "output_attentions": True}
+    if how == "config":
+        for name, value in flags.items():
+            setattr(model.config, name, value)
+        flags = {}
+    with torch.no_grad():
+        ours = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec, **flags)
+        theirs = marian(input_ids=src, attention_mask=mask, decoder_input_ids=dec, output_hidden_states=True,
+                        output_attentions=True)
+    for field in OUTPUT_FIELDS:
+        assert len(getattr(ours, field)) == len(getattr(theirs, field)) > 0, field
+        for a, b in zip(getattr(ours, field), getattr(theirs, field), strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert len(ours.encoder_hidden_states) == model.config.encoder_layers + 1  # embeddings, then each layer
+    torch.testing.assert_close(ours.encoder_hidden_states[-1], ours.encoder_last_hidden_state)
+
+
+def test_outputs_are_none_unless_asked_for():
+    model = contextful_model()
+    src, mask = sources()
+    out = model(input_ids=src, attention_mask=mask, decoder_input_ids=src[:, :3])
+    assert all(getattr(out, field) is None for field in OUTPUT_FIELDS)
+
+
+@pytest.mark.parametrize("how", ["kwarg", "config"])
+def test_return_dict_false_gives_tuples(how):
+    model = contextful_model()
+    src, mask = sources()
+    dec = src[:, :3]
+    expected = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec, labels=dec)
+    if how == "config":
+        model.config.return_dict = False
+    kwargs = {"return_dict": False} if how == "kwarg" else {}
+    for m in (model, model.model):
+        out = m(input_ids=src, attention_mask=mask, decoder_input_ids=dec, **kwargs)
+        assert isinstance(out, tuple) and torch.is_tensor(out[0])
+    loss, logits = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec, labels=dec, **kwargs)[:2]
+    torch.testing.assert_close(loss, expected.loss)
+    torch.testing.assert_close(logits, expected.logits)
+
+
+def test_inputs_embeds_equal_input_ids():
+    model = contextful_model()
+    src, mask = sources()
+    dec = src[:, :3]
+    embed = model.get_input_embeddings()
+    with torch.no_grad():
+        by_ids = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec).logits
+        by_embeds = model(inputs_embeds=embed(src), attention_mask=mask, decoder_inputs_embeds=embed(dec)).logits
+    torch.testing.assert_close(by_ids, by_embeds)
+
+
+def test_old_cache_name_past_key_values_warns_and_is_used():
+    model = contextful_model()
+    src, mask = sources()
+    dec = torch.tensor([[BOS, 11, 30, 8], [BOS, 5, 6, 7]])
+    with torch.no_grad():
+        prefix = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec[:, :3], use_cache=True)
+        with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"):
+            step = model(encoder_outputs=(prefix.encoder_last_hidden_state,), attention_mask=mask,
+                         decoder_input_ids=dec[:, 3:], past_key_values=prefix.cache, use_cache=True)
+        assert step.cache.get_seq_length() == 4
+        full = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec).logits[:, -1]
+        torch.testing.assert_close(step.logits[:, -1], full, atol=1e-5, rtol=1e-5)
+
+
+def test_unknown_keyword_arguments_are_handled_as_marian_handles_them():
+    """transformers' models take `**kwargs` (attention-kernel options) and ignore names no layer reads; the
+    translator does the same, and gives the same logits, so nothing is silently different from an in-library model."""
+    model = contextful_model()
+    marian = marian_twin(model).eval()
+    src, mask = sources()
+    dec = src[:, :3]
+    with torch.no_grad():
+        ours = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec, not_a_real_argument=1).logits
+        theirs = marian(input_ids=src, attention_mask=mask, decoder_input_ids=dec, not_a_real_argument=1).logits
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours, model(input_ids=src, attention_mask=mask, decoder_input_ids=dec).logits)
