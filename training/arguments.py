@@ -80,9 +80,46 @@ def parse_config_overrides(overrides: str | None, config: PretrainedConfig | typ
     return kwargs
 
 
+class UsageError(Exception):
+    """A problem with what the user asked for (flags, files, data, checkpoint, tracker, Hub): the message is one line,
+    and the entry point prints it and exits with status 2 (see `nanoformer.training.common.run_cli`)."""
+
+
+def _number(text: str, kind: type, ok, wanted: str) -> int | float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+    if value != value or not ok(value):  # NaN fails every bound
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer > 0."""
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+    return _number(text, int, lambda v: v > 0, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _number(text, int, lambda v: v >= 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    return _number(text, float, lambda v: 0 < v < float("inf"), "a number > 0")
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    return _number(text, float, lambda v: 0 <= v < float("inf"), "a number >= 0")
+
+
+def unit_interval(text: str) -> float:
+    """argparse type: a number in [0, 1) (Adam betas, label smoothing)."""
+    return _number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+
+
+def percentage(text: str) -> float:
+    """argparse type: a number in (0, 100)."""
+    return _number(text, float, lambda v: 0 < v < 100, "a percentage in (0, 100)")

@@ -46,11 +46,12 @@ from typing import Any
 
 import torch
 from nanoformer.tokenization.corpus import DELIMITED_SUFFIXES, JSON_SUFFIXES, pair_from_row
+from nanoformer.training.arguments import UsageError
 
 LOCAL_SUFFIXES = (*JSON_SUFFIXES, *DELIMITED_SUFFIXES)
 
 
-class DataSourceError(Exception):
+class DataSourceError(UsageError):
     """A training/validation source that cannot be opened (missing file, unreachable Hub). The message is one line."""
 
 
@@ -373,6 +374,33 @@ class TranslationBatchStream:
 def malformed_count(counters: Counter | dict) -> int:
     """Total malformed rows in stream counters."""
     return sum(v for k, v in counters.items() if k.startswith("malformed: "))
+
+
+def skipped_rows(counters: Counter | dict) -> int:
+    """Rows that never reached a batch: malformed ones and over-long pairs dropped."""
+    return malformed_count(counters) + int(counters.get("dropped_overlong", 0))
+
+
+def reduce_counters(accelerator, counters: Counter | dict) -> Counter:
+    """Stream counters summed over processes (each process reads its own part of the stream)."""
+    if accelerator.num_processes == 1:
+        return Counter(counters)
+    from accelerate.utils import gather_object
+
+    total: Counter = Counter()
+    for part in gather_object([dict(counters)]):
+        total.update(part)
+    return total
+
+
+def describe_counters(counters: Counter | dict) -> str:
+    """One line for the log: rows read, malformed rows by reason, truncated and dropped pairs."""
+    reasons = {k.removeprefix("malformed: "): v for k, v in counters.items() if k.startswith("malformed: ")}
+    text = f"{counters.get('rows', 0)} rows read, {sum(reasons.values())} malformed"
+    if reasons:
+        text += " (" + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])) + ")"
+    text += f", {counters.get('truncated_overlong', 0)} truncated, {counters.get('dropped_overlong', 0)} dropped as too long"
+    return text
 
 
 class PrefetchIterator:

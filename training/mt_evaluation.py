@@ -111,3 +111,71 @@ def perplexity(loss: float) -> float:
         return math.exp(loss)
     except OverflowError:
         return float("inf")
+
+
+def _gather_objects(accelerator, items: list) -> list:
+    if accelerator.num_processes == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
+
+
+def evaluate_translation(
+    accelerator,
+    model,
+    tokenizer,
+    pairs: Sequence[tuple[str, str]],
+    batches: Sequence[dict[str, torch.Tensor]],
+    *,
+    with_bleu: bool,
+    num_beams: int = 4,
+    batch_size: int = 64,
+    max_source_length: int | None = None,
+    max_target_length: int | None = None,
+    num_samples: int = 0,
+) -> dict[str, Any]:
+    """Validation loss/perplexity (plain NLL over `batches`) and, with `with_bleu`, sacreBLEU of beam search over
+    `pairs`, both shared out across processes; `num_samples` sample translations are returned with them."""
+    model.eval()
+    rank, world = accelerator.process_index, accelerator.num_processes
+    monitor = hasattr(model, "set_attention_logit_monitor")
+    if monitor:
+        model.set_attention_logit_monitor(True)
+    loss_sum, n_tokens = 0.0, 0
+    for batch in batches[rank::world]:
+        with accelerator.autocast():
+            s, n = nll_sums(model, {k: v.to(accelerator.device) for k, v in batch.items()})
+        loss_sum, n_tokens = loss_sum + s, n_tokens + n
+    results: dict[str, Any] = {}
+    if monitor:
+        stats = model.attention_logit_stats()
+        model.set_attention_logit_monitor(False)
+        if stats:
+            results["attn_logit_max"] = max(float(v.max()) for v in stats.values())
+            results["attn_logit_max_per_layer"] = {k: round(float(v.max()), 2) for k, v in stats.items()}
+    totals = accelerator.reduce(torch.tensor([loss_sum, n_tokens], dtype=torch.float64, device=accelerator.device))
+    results["eval_loss"] = float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
+    results["eval_ppl"] = perplexity(results["eval_loss"])
+    if with_bleu:
+        mine = list(range(rank, len(pairs), world))
+        with accelerator.autocast():
+            hyps = translate(
+                model,
+                tokenizer,
+                [pairs[i][0] for i in mine],
+                num_beams=num_beams,
+                batch_size=batch_size,
+                max_source_length=max_source_length,
+                max_target_length=max_target_length,
+            )
+        hypotheses = [h for _, h in sorted(_gather_objects(accelerator, list(zip(mine, hyps))))]
+        bleu = compute_bleu(hypotheses, [t for _, t in pairs])
+        results["eval_bleu"] = bleu["score"]
+        results["bleu_signature"] = bleu["signature"]
+        results["samples"] = [
+            {"source": pairs[i][0], "reference": pairs[i][1], "hypothesis": hypotheses[i]}
+            for i in range(min(num_samples, len(pairs)))
+        ]
+    model.train()
+    return results
