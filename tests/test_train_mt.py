@@ -106,6 +106,7 @@ def test_output_folder_complete_and_loadable(trained):
         assert key in results, key
     assert results["step"] == 40 and results["train_tokens_per_second"] > 0
     assert "tok:zh" in results["bleu_signature"]
+    assert read_json(trained / "config.json")["label_smoothing"] == 0.1  # what the model was trained with
 
     model = AutoModelForSeq2SeqLM.from_pretrained(trained)
     tokenizer = AutoTokenizer.from_pretrained(trained)

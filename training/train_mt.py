@@ -58,7 +58,7 @@ from nanoformer.training.mt_data import (
 from nanoformer.training.mt_evaluation import ZH_SCRIPTS, evaluate_translation, zh_script_converter
 from nanoformer.training.schedules import get_cosine_with_warmup_schedule, get_noam_schedule
 from tqdm.auto import tqdm
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
 logger = get_logger(__name__)
 TRAINER = "train_mt"
@@ -130,7 +130,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1.0,
         help="Scale of the Noam schedule (peak lr = scale·(d_model·warmup_steps)^-0.5); --learning_rate is for cosine.",
     )
-    mt.add_argument("--label_smoothing", type=unit_interval, default=0.1, help="Label smoothing of the training loss.")
+    mt.add_argument(
+        "--label_smoothing",
+        type=unit_interval,
+        default=None,
+        help="Label smoothing of the training loss, stored as the model's config.label_smoothing (default: 0.1 for "
+        "a fresh model, the saved value for --model_name_or_path). Evaluation loss is plain NLL.",
+    )
     mt.add_argument(
         "--max_train_minutes",
         type=positive_float,
@@ -216,21 +222,37 @@ def load_or_train_tokenizer(args, accelerator, resuming: bool):
 
 
 def build_model(args, tokenizer):
-    """The saved --model_name_or_path, or a fresh translator sized by --config_overrides."""
-    if args.model_name_or_path:
-        model = AutoModelForSeq2SeqLM.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
-    else:
-        from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration
+    """The saved --model_name_or_path or a fresh translator sized by --config_overrides; --label_smoothing goes into
+    its config, so the saved config.json says what the model was trained with."""
+    from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration
 
-        ids = {
-            "vocab_size": len(tokenizer),
-            "pad_token_id": tokenizer.pad_token_id,
-            "bos_token_id": tokenizer.bos_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "decoder_start_token_id": tokenizer.bos_token_id,
-        }
-        overrides = parse_config_overrides(args.config_overrides, TranslatorConfig(**ids))
-        model = TranslatorForConditionalGeneration(TranslatorConfig(**{**ids, **overrides}))
+    if args.model_name_or_path:
+        remote = {"trust_remote_code": args.trust_remote_code}
+        config = AutoConfig.from_pretrained(args.model_name_or_path, **remote)
+    else:
+        config = TranslatorConfig(
+            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id,
+        )  # fmt: skip
+    overrides = parse_config_overrides(args.config_overrides, config)
+    if (
+        args.label_smoothing is not None
+        and overrides.get("label_smoothing", args.label_smoothing) != args.label_smoothing
+    ):
+        raise ValueError("--label_smoothing and --config_overrides label_smoothing=... disagree; give one")
+    if hasattr(config, "label_smoothing"):
+        if args.label_smoothing is not None:
+            overrides["label_smoothing"] = args.label_smoothing
+        elif not args.model_name_or_path:
+            overrides.setdefault("label_smoothing", 0.1)  # the paper's
+    if args.model_name_or_path:
+        model = AutoModelForSeq2SeqLM.from_pretrained(args.model_name_or_path, **remote, **overrides)
+    else:
+        model = TranslatorForConditionalGeneration(TranslatorConfig(**{**config.to_dict(), **overrides}))
+    # A model without the field (bench/'s MarianMTModel reference) gets the same smoothed loss from the trainer.
+    args.label_smoothing = getattr(
+        model.config, "label_smoothing", 0.1 if args.label_smoothing is None else args.label_smoothing
+    )
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and max(args.max_source_length, args.max_target_length + 1) > limit:
         raise ValueError(
@@ -414,42 +436,26 @@ def train_loop(args, accelerator, model, optimizer, scheduler, prefetch, batches
     last_results, stop_reason = {}, "max_train_steps"
     while state.step < args.max_train_steps:
         t_start, wait_before = time.perf_counter(), prefetch.wait_seconds
-        step_loss, step_tokens = 0.0, 0
-        for _ in range(args.gradient_accumulation_steps):
-            batch, data_state = next(batches)
-            batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
-            with accelerator.accumulate(model):
-                labels = batch["labels"]
-                decoder_input_ids = accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(labels)
-                logits = model(
-                    input_ids=batch["input_ids"],
-                    attention_mask=batch["attention_mask"],
-                    decoder_input_ids=decoder_input_ids,
-                ).logits
-                loss = F.cross_entropy(
-                    logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
-                    label_smoothing=args.label_smoothing,
-                )  # fmt: skip
-                accelerator.backward(loss)
-                if accelerator.sync_gradients:
-                    # The all-reduced gradient norm is the same on every process, so all of them skip a
-                    # non-finite update together (a per-process loss check could deadlock DDP).
-                    norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm or float("inf"))
-                    if torch.isfinite(torch.as_tensor(norm)):
-                        optimizer.step()
-                        scheduler.step()
-                    else:
-                        state.nonfinite_steps += 1
-                        logger.warning(f"step {state.step + 1}: non-finite gradients (loss {loss.item()}); skipped")
-                    optimizer.zero_grad(set_to_none=True)
-            step_loss += loss.detach()
-            step_tokens += int(labels.ne(-100).sum())
+        micro_batches = [next(batches) for _ in range(args.gradient_accumulation_steps)]
+        data_state = micro_batches[-1][1]
+        step_loss, step_tokens = accumulate_gradients(accelerator, model, [b for b, _ in micro_batches], args)
+        if accelerator.sync_gradients:
+            # The all-reduced gradient norm is the same on every process, so all of them skip a non-finite update
+            # together (a per-process loss check could deadlock DDP).
+            norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm or float("inf"))
+            if torch.isfinite(torch.as_tensor(norm)):
+                optimizer.step()
+                scheduler.step()
+            else:
+                state.nonfinite_steps += 1
+                logger.warning(f"step {state.step + 1}: non-finite gradients (loss {float(step_loss)}); skipped")
+            optimizer.zero_grad(set_to_none=True)
         state.step += 1
         elapsed, waited = time.perf_counter() - t_start, prefetch.wait_seconds - wait_before
         state.train_seconds += elapsed
         state.data_wait_seconds += waited
         state.train_tokens += step_tokens
-        for key, value in (("loss", float(step_loss) / args.gradient_accumulation_steps), ("n", 1),
+        for key, value in (("loss", float(step_loss)), ("n", 1),
                            ("tokens", step_tokens), ("seconds", elapsed), ("wait", waited)):  # fmt: skip
             interval[key] += value
         progress.update(1)
@@ -478,12 +484,48 @@ def train_loop(args, accelerator, model, optimizer, scheduler, prefetch, batches
     return stop_reason, last_results, data_state
 
 
+def accumulate_gradients(accelerator, model, batches: list[dict], args) -> tuple[torch.Tensor, int]:
+    """Forward and backward over one update's micro-batches; returns this process's share of the update's loss and
+    its target tokens.
+
+    The loss is the exact token mean over every micro-batch on every process (HF Trainer's ``num_items_in_batch``):
+    each micro-batch's summed token loss is divided by the target tokens of them all. Accelerate divides the loss by
+    the accumulation steps and DDP averages gradients over processes, so both factors are multiplied back.
+    """
+    device = accelerator.device
+    local_tokens = sum(int(b["labels"].ne(-100).sum()) for b in batches)
+    num_items = (
+        accelerator.reduce(torch.tensor(local_tokens, device=device), "sum")
+        if accelerator.num_processes > 1
+        else local_tokens
+    )
+    unwrapped = accelerator.unwrap_model(model)
+    model_loss = hasattr(unwrapped.config, "label_smoothing")  # the translator's loss follows its config
+    share = 0.0
+    for batch in batches:
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with accelerator.accumulate(model):
+            if model_loss:
+                loss = model(**batch, num_items_in_batch=num_items).loss
+            else:
+                labels = batch.pop("labels")
+                decoder_input_ids = unwrapped.prepare_decoder_input_ids_from_labels(labels)
+                logits = model(**batch, decoder_input_ids=decoder_input_ids).logits
+                loss = F.cross_entropy(
+                    logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
+                    label_smoothing=args.label_smoothing, reduction="sum",
+                ) / num_items  # fmt: skip
+            accelerator.backward(loss * args.gradient_accumulation_steps * accelerator.num_processes)
+        share += loss.detach()
+    return share, local_tokens
+
+
 def log_train(args, accelerator, state: LoopState, scheduler, interval: dict, progress) -> None:
     """Mean training loss (over processes), lr and target tokens/s of the last logging interval."""
     stats = accelerator.reduce(
         torch.tensor([interval["loss"] / interval["n"], interval["tokens"]], device=accelerator.device), reduction="sum"
     )
-    train_loss = float(stats[0]) / accelerator.num_processes
+    train_loss = float(stats[0])  # each process holds its share of the token mean
     tok_s = float(stats[1]) / max(interval["seconds"], 1e-9)
     lr = scheduler.get_last_lr()[0]
     record = {

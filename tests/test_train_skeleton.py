@@ -1,0 +1,121 @@
+"""What both trainers share, tried as a user would: the scripts run as subprocesses on tiny models.
+
+Covers the translator's loss coming from the model (config.label_smoothing, exact token mean under gradient
+accumulation), the one-line error policy, --output_dir protection, preemption by SIGTERM and the HF flag names.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_MT = str(REPO / "training" / "train_mt.py")
+TRAIN_LM = str(REPO / "training" / "train_lm.py")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+TINY_MT = (
+    "d_model=32,encoder_layers=1,decoder_layers=1,encoder_attention_heads=2,decoder_attention_heads=2,"
+    "encoder_ffn_dim=64,decoder_ffn_dim=64"
+)
+TINY_LM = "n_layer=1,n_head=2,n_embd=16"
+
+
+def run(script: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, script, *map(str, args)]
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def mt_args(shared_data, tokenizer_dir, output_dir, *extra, steps: int = 2) -> list:
+    valid = shared_data / "tatoeba-cmn-eng" / "valid.jsonl"
+    return [
+        "--train_file", valid, "--validation_file", valid, "--tokenizer_name", tokenizer_dir,
+        "--config_overrides", TINY_MT, "--max_source_length", 32, "--max_target_length", 32,
+        "--max_tokens_per_batch", 256, "--shuffle_buffer_size", 200, "--warmup_steps", 2, "--max_train_steps", steps,
+        "--eval_steps", 1000, "--checkpointing_steps", 1000, "--max_eval_samples", 4, "--num_beams", 1,
+        "--logging_steps", 1, "--output_dir", output_dir, *extra,
+    ]  # fmt: skip
+
+
+def lm_args(shared_data, output_dir, *extra, steps: int = 4) -> list:
+    return [
+        "--train_file", shared_data / "tinyshakespeare" / "input.txt", "--output_dir", output_dir,
+        "--config_overrides", TINY_LM, "--block_size", 16, "--per_device_train_batch_size", 4,
+        "--max_train_steps", steps, "--eval_steps", 1000, "--eval_iters", 1, "--sample_max_new_tokens", 0,
+        "--warmup_steps", 1, "--logging_steps", 1, *extra,
+    ]  # fmt: skip
+
+
+def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
+    """The run failed with exit status 2 and exactly one line on stderr, which mentions every needle."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert len(lines) == 1, result.stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The translator's loss comes from the model
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_label_smoothing_is_saved_in_the_config(shared_data, bpe_tokenizer_dir, tmp_path):
+    result = run(TRAIN_MT, *mt_args(shared_data, bpe_tokenizer_dir, tmp_path / "default"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(tmp_path / "default" / "config.json")["label_smoothing"] == 0.1  # the paper's, as trained
+
+    result = run(TRAIN_MT, *mt_args(shared_data, bpe_tokenizer_dir, tmp_path / "flag", "--label_smoothing", "0.2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(tmp_path / "flag" / "config.json")["label_smoothing"] == 0.2
+
+    args = mt_args(shared_data, bpe_tokenizer_dir, tmp_path / "override")
+    args[args.index("--config_overrides") + 1] = TINY_MT + ",label_smoothing=0.05"
+    result = run(TRAIN_MT, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(tmp_path / "override" / "config.json")["label_smoothing"] == 0.05
+
+    result = run(TRAIN_MT, *args[:-2], "--output_dir", tmp_path / "both", "--label_smoothing", "0.2")
+    one_line_error(result, "--label_smoothing", "label_smoothing=")
+
+
+def test_gradient_accumulation_gives_the_exact_token_mean(bpe_tokenizer):
+    """Two micro-batches of different lengths accumulated == one loss averaged over all their target tokens."""
+    import argparse
+
+    from accelerate import Accelerator
+    from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration
+    from nanoformer.training.mt_data import pad_batch
+    from nanoformer.training.train_mt import accumulate_gradients
+
+    torch.manual_seed(0)
+    config = TranslatorConfig(vocab_size=len(bpe_tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+                              encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                              decoder_ffn_dim=32, dropout=0.0, label_smoothing=0.1)  # fmt: skip
+    model = TranslatorForConditionalGeneration(config)
+    texts = [("Hi.", "嗨。"), ("Where is the station, please?", "请问车站在哪里？"), ("Thanks a lot!", "非常感谢！")]
+    enc = bpe_tokenizer([s for s, _ in texts], text_target=[t for _, t in texts])
+    pairs = list(zip(enc["input_ids"], enc["labels"]))
+    batches = [pad_batch(pairs[:1], 0), pad_batch(pairs[1:], 0)]
+
+    args = argparse.Namespace(gradient_accumulation_steps=2, label_smoothing=0.1)
+    accelerator = Accelerator(gradient_accumulation_steps=2, cpu=True)
+    prepared = accelerator.prepare(model)
+    loss, tokens = accumulate_gradients(accelerator, prepared, batches, args)
+    accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    model.zero_grad()
+    total = sum(int(b["labels"].ne(-100).sum()) for b in batches)
+    reference = sum(model(**b, num_items_in_batch=total).loss for b in batches)  # sum of token losses / all tokens
+    reference.backward()
+    assert tokens == total and float(loss) == pytest.approx(float(reference.detach()), rel=1e-6)
+    for name, param in model.named_parameters():
+        assert torch.allclose(accumulated[name], param.grad, atol=1e-7), name
