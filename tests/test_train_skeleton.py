@@ -68,10 +68,32 @@ def read_json(path: Path):
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def test_label_smoothing_is_saved_in_the_config(shared_data, bpe_tokenizer_dir, tmp_path):
-    result = run(TRAIN_MT, *mt_args(shared_data, bpe_tokenizer_dir, tmp_path / "default"))
+BAD_UTF8 = b'{"translation": {"en": "Caf\xe9 au lait.", "zh": "\xe5\x92\x96"}}\n'  # Latin-1 é, a cut-off character
+
+
+@pytest.fixture(scope="module")
+def bad_utf8_pairs(shared_data, tmp_path_factory) -> Path:
+    """Tatoeba valid with one line of invalid UTF-8 bytes in the middle."""
+    lines = (shared_data / "tatoeba-cmn-eng" / "valid.jsonl").read_bytes().splitlines(keepends=True)
+    path = tmp_path_factory.mktemp("utf8") / "pairs.jsonl"
+    path.write_bytes(b"".join(lines[:500]) + BAD_UTF8 + b"".join(lines[500:]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def mt_run(shared_data, bpe_tokenizer_dir, bad_utf8_pairs, tmp_path_factory) -> Path:
+    """Two steps of a tiny translator on pairs holding a line of invalid UTF-8 (training and validation)."""
+    out = tmp_path_factory.mktemp("mt_run")
+    args = mt_args(shared_data, bpe_tokenizer_dir, out)
+    args[args.index("--train_file") + 1] = args[args.index("--validation_file") + 1] = bad_utf8_pairs
+    args[args.index("--max_eval_samples") + 1] = 1000
+    result = run(TRAIN_MT, *args)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert read_json(tmp_path / "default" / "config.json")["label_smoothing"] == 0.1  # the paper's, as trained
+    return out
+
+
+def test_label_smoothing_is_saved_in_the_config(mt_run, shared_data, bpe_tokenizer_dir, tmp_path):
+    assert read_json(mt_run / "config.json")["label_smoothing"] == 0.1  # the paper's default, as trained
 
     result = run(TRAIN_MT, *mt_args(shared_data, bpe_tokenizer_dir, tmp_path / "flag", "--label_smoothing", "0.2"))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -93,7 +115,7 @@ def test_gradient_accumulation_gives_the_exact_token_mean(bpe_tokenizer):
 
     from accelerate import Accelerator
     from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration
-    from nanoformer.training.mt_data import pad_batch
+    from nanoformer.training.data import pad_batch
     from nanoformer.training.train_mt import accumulate_gradients
 
     torch.manual_seed(0)
@@ -119,3 +141,48 @@ def test_gradient_accumulation_gives_the_exact_token_mean(bpe_tokenizer):
     assert tokens == total and float(loss) == pytest.approx(float(reference.detach()), rel=1e-6)
     for name, param in model.named_parameters():
         assert torch.allclose(accumulated[name], param.grad, atol=1e-7), name
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Invalid UTF-8 is a malformed row in every reader
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_invalid_utf8_rows_are_skipped_and_counted_by_the_trainer(mt_run):
+    results = read_json(mt_run / "all_results.json")
+    assert results["skipped_by_reason"] == {"lines that are not valid UTF-8": 1}
+    assert results["skipped_rows"] == 1 and results["rows_read"] > 500  # the bad line is row 501
+
+
+def test_invalid_utf8_rows_are_skipped_by_the_scorer(mt_run, bad_utf8_pairs, tmp_path):
+    output = tmp_path / "scores.json"
+    cmd = [sys.executable, "-m", "nanoformer.training.score_mt", "--model_dir", mt_run, "--test_file", bad_utf8_pairs,
+           "--max_samples", 3, "--num_beams", 1, "--output_file", output]  # fmt: skip
+    result = subprocess.run(list(map(str, cmd)), env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(output)["num_samples"] == 3
+    cmd[cmd.index("--max_samples") + 1] = 2000
+    result = subprocess.run(list(map(str, cmd)), env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_json(output)["num_samples"] == 1000 and read_json(output)["skipped_rows"] == 1
+
+
+def test_invalid_utf8_lines_are_skipped_by_the_tokenizer_cli_and_the_lm_trainer(bad_utf8_pairs, shared_data, tmp_path):
+    cli = [sys.executable, "-m", "nanoformer.tokenization"]
+    result = subprocess.run([*cli, "train", "--train_file", str(bad_utf8_pairs), "--vocab_size", "600",
+                             "--output_dir", str(tmp_path / "bpe")], env=ENV, capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "1000 rows, 1 skipped (1 lines that are not valid UTF-8)" in result.stderr
+
+    text = tmp_path / "shakespeare_bad.txt"
+    lines = (shared_data / "tinyshakespeare" / "input.txt").read_bytes().splitlines(keepends=True)[:2000]
+    text.write_bytes(b"".join(lines[:1000]) + b"caf\xe9\n" + b"".join(lines[1000:]))
+    result = subprocess.run([*cli, "char", "--train_file", str(text), "--output_dir", str(tmp_path / "char")],
+                            env=ENV, capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0 and "skipped 1 lines that are not valid UTF-8" in result.stderr, result.stderr
+    result = run(TRAIN_LM, *lm_args(shared_data, tmp_path / "lm", steps=2), "--train_file", text)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "skipped 1 lines that are not valid UTF-8" in result.stderr
+    from transformers import AutoTokenizer
+
+    assert "\ufffd" not in AutoTokenizer.from_pretrained(tmp_path / "lm").get_vocab()

@@ -31,6 +31,7 @@ from .corpus import (
     JSON_SUFFIXES,
     CorpusStats,
     read_hub_translation_pairs,
+    read_text,
     read_text_lines,
     read_translation_pairs,
 )
@@ -102,10 +103,11 @@ def main(argv: list[str] | None = None) -> None:
             logger.log(logging.WARNING if stats.num_skipped else logging.INFO, "read %s", stats)
             logger.info("trained a %d-token BPE in %.1fs", len(tokenizer), elapsed)
         else:
-            path = Path(args.train_file)
-            if not path.is_file():
-                raise FileNotFoundError(f"training file not found: {path}")
-            tokenizer = build_char_tokenizer(path.read_text(encoding="utf-8"), model_max_length=args.model_max_length)
+            stats = CorpusStats()
+            text = read_text(args.train_file, stats=stats)
+            if stats.num_skipped:
+                logger.warning("skipped %d lines that are not valid UTF-8", stats.num_skipped)
+            tokenizer = build_char_tokenizer(text, model_max_length=args.model_max_length)
             logger.info("built a character tokenizer: %d characters + 2 specials", len(tokenizer) - 2)
     except (FileNotFoundError, ValueError, ConnectionError) as error:
         sys.exit(f"error: {error}")

@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from nanoformer.training.mt_data import DataSourceError, malformed_count, open_translation_source, read_pairs
+from nanoformer.training.data import DataSourceError, malformed_count, open_translation_source, read_pairs
 from nanoformer.training.mt_evaluation import ZH_SCRIPTS, compute_bleu, translate, zh_script_converter
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 

@@ -12,7 +12,7 @@ streams WMT19 zh-en from the Hub and trains Transformer-base with the paper's re
         --warmup_steps 400 --max_train_minutes 15 --eval_steps 500 --output_dir out/tatoeba
 
 Flags follow transformers' `run_translation_no_trainer.py`; precision and the number of processes come from
-`accelerate launch` / `accelerate config`. Data pipeline and exact-resume semantics: see `mt_data.py`.
+`accelerate launch` / `accelerate config`. Data pipeline and exact-resume semantics: see `data/stream.py`.
 Checkpoints: `checkpointing.py` (``output_dir/step_N``, written atomically, ``--resume_from_checkpoint latest``).
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from itertools import chain, islice
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from nanoformer.training.common import (
     save,
     save_final,
 )
-from nanoformer.training.mt_data import (
+from nanoformer.training.data import (
     DataSourceError,
     PrefetchIterator,
     TranslationBatchStream,
@@ -280,7 +281,7 @@ def load_validation(args, tokenizer, to_script) -> tuple[list[tuple[str, str]], 
         target_lang=args.target_lang,
         flag="--validation_file",
     )
-    counters = {}
+    counters: Counter = Counter()
     try:
         pairs = read_pairs(dataset, parser, args.max_eval_samples, counters)
     except Exception as error:
