@@ -50,13 +50,15 @@ def lm_args(shared_data, output_dir, *extra, steps: int = 4) -> list:
 
 
 def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
-    """The run failed with exit status 2 and exactly one line on stderr, which mentions every needle."""
+    """The run failed with exit status 2, no traceback and one error line (the last; an error found after set-up
+    may follow log lines), which mentions every needle."""
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
-    assert len(lines) == 1, result.stderr[-3000:]
+    errors = [line for line in lines if ": error: " in line]
+    assert len(errors) == 1 and errors[0] == lines[-1] and "Traceback" not in result.stderr, result.stderr[-3000:]
     for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
+        assert needle in errors[0], errors[0]
+    return errors[0]
 
 
 def read_json(path: Path):
@@ -186,3 +188,140 @@ def test_invalid_utf8_lines_are_skipped_by_the_tokenizer_cli_and_the_lm_trainer(
     from transformers import AutoTokenizer
 
     assert "\ufffd" not in AutoTokenizer.from_pretrained(tmp_path / "lm").get_vocab()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One error policy: one line naming the problem, exit status 2, no traceback, before any expensive work
+# --------------------------------------------------------------------------------------------------------------------
+
+MT_ERRORS = {
+    "bad override value": (["--config_overrides", "d_model=abc"], ["d_model", "int"]),
+    "unknown override": (["--config_overrides", "n_layers=2"], ["unknown key 'n_layers'"]),
+    "bad JSON override": (["--config_overrides", "d_model=32,init_std={0.1"], ["init_std", "JSON"]),
+    "config check": (["--config_overrides", "d_model=30,encoder_attention_heads=4"], ["d_model"]),
+    "negative noam_scale": (["--noam_scale", "-1"], ["--noam_scale"]),
+    "negative label_smoothing": (["--label_smoothing", "-0.1"], ["--label_smoothing"]),
+    "negative max_grad_norm": (["--max_grad_norm", "-1"], ["--max_grad_norm"]),
+    "negative weight_decay": (["--weight_decay", "-1"], ["--weight_decay"]),
+    "not a number": (["--learning_rate", "fast"], ["--learning_rate", "'fast'"]),
+    "noam without warmup": (["--warmup_steps", "0"], ["--warmup_steps"]),
+    "missing tokenizer": (["--tokenizer_name", "/no/such/tokenizer"], ["--tokenizer_name", "not found"]),
+    "missing model": (["--model_name_or_path", "./no/such/model"], ["--model_name_or_path", "not found"]),
+    "missing resume path": (["--resume_from_checkpoint", "/no/such/step_5"], ["--resume_from_checkpoint"]),
+    "unknown tracker": (["--with_tracking", "--report_to", "nonsense"], ["--report_to", "nonsense"]),
+}
+
+
+@pytest.mark.parametrize("case", MT_ERRORS, ids=list(MT_ERRORS))
+def test_train_mt_user_errors_are_one_line(case, shared_data, tmp_path):
+    extra, needles = MT_ERRORS[case]
+    args = mt_args(shared_data, "tok", tmp_path / "out", "--vocab_size", 500)[2:]  # no --train_file yet
+    args = ["--train_file", shared_data / "tatoeba-cmn-eng" / "valid.jsonl", *args]
+    del args[args.index("--tokenizer_name") : args.index("--tokenizer_name") + 2]
+    result = run(TRAIN_MT, *args, *extra)
+    one_line_error(result, *needles)
+    assert not (tmp_path / "out" / "tokenizer").exists()  # found before training a tokenizer
+
+
+LM_ERRORS = {
+    "bad override": (["--config_overrides", "n_layer=two"], ["n_layer"]),
+    "dict override": (["--config_overrides", 'rope_parameters={"rope_type": 3'], ["rope_parameters", "JSON"]),
+    "negative warmup": (["--warmup_steps", "-1"], ["--warmup_steps"]),
+    "negative weight_decay": (["--weight_decay", "-1"], ["--weight_decay"]),
+    "zero batch": (["--per_device_train_batch_size", "0"], ["--per_device_train_batch_size"]),
+    "validation split": (["--validation_split_percentage", "100"], ["--validation_split_percentage"]),
+    "missing file": (["--train_file", "/no/such.txt"], ["--train_file", "/no/such.txt"]),
+    "output under a file": (["--output_dir", REPO / "README.md" / "out"], ["--output_dir", "is a file"]),
+    "missing model": (["--model_name_or_path", "/no/such/model"], ["--model_name_or_path"]),
+    "unknown tracker": (["--with_tracking", "--report_to", "wandb"], ["--report_to", "wandb"]),
+}
+
+
+@pytest.mark.parametrize("case", LM_ERRORS, ids=list(LM_ERRORS))
+def test_train_lm_user_errors_are_one_line(case, shared_data, tmp_path):
+    extra, needles = LM_ERRORS[case]
+    result = run(TRAIN_LM, *lm_args(shared_data, tmp_path / "out"), *extra)
+    one_line_error(result, *needles)
+    assert not (tmp_path / "out" / "cache").exists()  # found before reading the text
+
+
+@pytest.fixture(scope="module")
+def lm_checkpoint(shared_data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("lm_ckpt")
+    result = run(TRAIN_LM, *lm_args(shared_data, out, "--checkpointing_steps", 2, steps=2))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out / "step_2"
+
+
+def test_checkpoints_of_another_model_are_one_line_errors(lm_checkpoint, mt_run, shared_data, bpe_tokenizer_dir, tmp_path):
+    result = run(TRAIN_MT, *mt_args(shared_data, bpe_tokenizer_dir, tmp_path / "mt"), "--resume_from_checkpoint",
+                 lm_checkpoint)  # fmt: skip
+    one_line_error(result, "train_lm checkpoint", "train_mt")
+    result = run(TRAIN_LM, *lm_args(shared_data, tmp_path / "lm"), "--resume_from_checkpoint", mt_run / "step_2")
+    one_line_error(result, "train_mt checkpoint", "train_lm")
+    wider = lm_args(shared_data, tmp_path / "wide")
+    wider[wider.index("--config_overrides") + 1] = "n_layer=1,n_head=2,n_embd=32"
+    result = run(TRAIN_LM, *wider, "--resume_from_checkpoint", lm_checkpoint)
+    one_line_error(result, "--resume_from_checkpoint", "does not fit this model", "size mismatch")
+
+
+def test_score_sample_hub_and_tokenizer_clis_use_the_same_policy(mt_run, lm_checkpoint, tmp_path):
+    python = [sys.executable, "-m"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        ([*python, "nanoformer.training.score_mt", "--model_dir", "/no/such/model"], ["--model_dir", "not found"]),
+        ([*python, "nanoformer.training.score_mt", "--model_dir", mt_run, "--num_beams", "0"], ["--num_beams"]),
+        ([*python, "nanoformer.training.score_mt", "--model_dir", mt_run, "--test_file", "/no.jsonl"], ["--test_file"]),
+        ([*python, "nanoformer.training.score_mt", "--model_dir", empty, "--test_file", REPO / "README.md"],
+         ["unsupported file type"]),
+        ([*python, "nanoformer.training.score_mt", "--model_dir", empty], ["cannot load"]),
+        ([*python, "nanoformer.training.sample_lm", "--model_dir", lm_checkpoint.parent, "--top_p", "2"], ["--top_p"]),
+        ([*python, "nanoformer.training.sample_lm", "--model_dir", "./nope", "--max_new_tokens", "5"], ["not found"]),
+        ([*python, "nanoformer.training.sample_lm", "--model_dir", empty], ["cannot load"]),
+        ([*python, "nanoformer.hub", "export", "/no/such/ckpt", tmp_path / "hub"], ["checkpoint", "not found"]),
+        ([*python, "nanoformer.tokenization", "train", "--train_file", "x.jsonl", "--vocab_size", "-5",
+          "--output_dir", tmp_path / "tok"], ["--vocab_size"]),
+        ([*python, "nanoformer.tokenization", "char", "--train_file", "/no/such.txt", "--output_dir", tmp_path / "c"],
+         ["not found"]),
+    ]  # fmt: skip
+    for cmd, needles in cases:
+        result = subprocess.run(list(map(str, cmd)), env=ENV, capture_output=True, text=True, timeout=300)
+        one_line_error(result, *needles)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# --model_name_or_path: continue from our own output folders and from Hub exports, in both trainers
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def export_for_hub_cli(folder: Path, out: Path) -> Path:
+    cmd = [sys.executable, "-m", "nanoformer.hub", "export", str(folder), str(out)]
+    result = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "auto_map" in read_json(out / "config.json")  # remote code: loads without nanoformer too
+    return out
+
+
+def test_train_lm_continues_from_its_output_and_from_a_hub_export(lm_checkpoint, shared_data, tmp_path):
+    source = lm_checkpoint.parent
+    for start in (source, export_for_hub_cli(source, tmp_path / "export")):
+        out = tmp_path / f"from_{start.name}"
+        args = lm_args(shared_data, out)
+        del args[args.index("--config_overrides") : args.index("--config_overrides") + 2]
+        del args[args.index("--block_size") : args.index("--block_size") + 2]  # the saved model's
+        result = run(TRAIN_LM, *args, "--model_name_or_path", start, "--config_overrides", "dropout=0.1")
+        assert result.returncode == 0, result.stderr[-3000:]
+        config = read_json(out / "config.json")
+        assert (config["n_embd"], config["block_size"], config["dropout"]) == (16, 16, 0.1)
+
+
+def test_train_mt_continues_from_its_output_and_from_a_hub_export(mt_run, shared_data, tmp_path):
+    for start in (mt_run, export_for_hub_cli(mt_run, tmp_path / "export")):
+        out = tmp_path / f"from_{start.name}"
+        args = mt_args(shared_data, start, out)  # the tokenizer of the saved folder
+        del args[args.index("--config_overrides") : args.index("--config_overrides") + 2]
+        result = run(TRAIN_MT, *args, "--model_name_or_path", start, "--label_smoothing", "0.2")
+        assert result.returncode == 0, result.stderr[-3000:]
+        config = read_json(out / "config.json")
+        assert (config["d_model"], config["label_smoothing"]) == (32, 0.2)

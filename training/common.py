@@ -34,16 +34,20 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from nanoformer.training.arguments import (
+from nanoformer.training.arguments import (  # noqa: F401 - CliParser and run_cli re-exported for the trainers
+    CliParser,
     UsageError,
     non_negative_float,
     non_negative_int,
+    parse_config_overrides,
     positive_float,
     positive_int,
+    run_cli,
     unit_interval,
 )
 from nanoformer.training.checkpointing import load_checkpoint, read_meta, resolve_checkpoint, save_checkpoint
 from nanoformer.training.reporting import accelerator_tracking_kwargs, plot_curves, write_all_results
+from transformers import PretrainedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -60,23 +64,6 @@ RUN_FOLDERS = ("runs", "hub", "tokenizer")
 # --------------------------------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------------------------------
-
-
-class CliParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (``prog: error: ...``, exit 2) instead of usage + error."""
-
-    def error(self, message: str):  # noqa: D102 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def run_cli(main: Callable[[], Any], prog: str) -> None:
-    """Run `main`; a `UsageError` (bad input, data, checkpoint, tracker, Hub) becomes one line on stderr and exit 2."""
-    try:
-        code = main()
-    except UsageError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(code or 0)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, scheduler_choices: Sequence[str]) -> None:
@@ -192,7 +179,9 @@ def check_common_arguments(args: argparse.Namespace, parser: argparse.ArgumentPa
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         parser.error(f"--output_dir {out}: exists and is not a folder")
-    probe = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    probe = next((p for p in [out.resolve(), *out.resolve().parents] if p.exists()), Path("."))
+    if not probe.is_dir():
+        parser.error(f"--output_dir {out}: cannot be created ({probe} is a file)")
     if not os.access(probe, os.W_OK | os.X_OK):
         parser.error(f"--output_dir {out}: not writable ({probe} is read-only for this user)")
     try:
@@ -203,6 +192,39 @@ def check_common_arguments(args: argparse.Namespace, parser: argparse.ArgumentPa
         saved_by = read_meta(args.checkpoint).get("extra", {}).get("trainer", trainer)
         if saved_by != trainer:
             parser.error(f"--resume_from_checkpoint {args.checkpoint}: a {saved_by} checkpoint, not one of {trainer}")
+
+
+def looks_local(name: str) -> bool:
+    """Whether a model/tokenizer name is meant as a local folder rather than a Hub id ("user/name")."""
+    return Path(name).exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1
+
+
+def check_model_arguments(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, fresh_config: Callable[[], PretrainedConfig]
+) -> PretrainedConfig:
+    """Check --model_name_or_path, --tokenizer_name and --config_overrides before any data is read; returns the
+    config the model will start from (the saved one, or `fresh_config()`), overrides not applied.
+
+    nanoformer's model types are registered first, so its own output folders and Hub exports load with its code and
+    need no --trust_remote_code; other custom code needs it.
+    """
+    import nanoformer.modeling  # noqa: F401 - registers NanoGPT and the translator with the Auto classes
+    from transformers import AutoConfig
+
+    for flag in ("model_name_or_path", "tokenizer_name"):
+        name = getattr(args, flag)
+        if name and looks_local(name) and not Path(name).expanduser().is_dir():
+            parser.error(f"--{flag} {name}: folder not found")
+    try:
+        if args.model_name_or_path:
+            config = AutoConfig.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
+        else:
+            config = fresh_config()
+        overrides = parse_config_overrides(args.config_overrides, config)
+        type(config)(**{**config.to_dict(), **overrides})  # the config's own checks (sizes, choices)
+    except (OSError, ValueError) as error:
+        parser.error(_first_line(error))
+    return config
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -323,8 +345,10 @@ def resume(accelerator: Accelerator, checkpoint: Path | None, state: LoopState, 
     try:
         saved = load_checkpoint(accelerator, checkpoint)
     except (RuntimeError, ValueError, KeyError) as error:  # shapes or keys of another model
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        detail = next((line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key"))), None)
         raise UsageError(
-            f"--resume_from_checkpoint {checkpoint}: does not fit this model/optimizer: {_first_line(error)}"
+            f"--resume_from_checkpoint {checkpoint}: does not fit this model/optimizer: {detail or _first_line(error)}"
         ) from error
     state.load_state_dict(saved.extra.get("loop_state", {}))
     state.step = saved.step

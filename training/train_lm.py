@@ -44,6 +44,7 @@ from nanoformer.training.common import (
     LoopState,
     add_common_arguments,
     check_common_arguments,
+    check_model_arguments,
     export_and_push,
     init_trackers,
     make_accelerator,
@@ -63,7 +64,7 @@ from nanoformer.training.lm_data import (
 )
 from nanoformer.training.schedules import get_cosine_with_warmup_schedule
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 logger = get_logger(__name__, log_level="INFO")
 TRAINER = "train_lm"
@@ -96,7 +97,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="The last this-many percent of the token ids are the validation split (nanoGPT: 10).",
     )
     lm = p.add_argument_group("language model")
-    lm.add_argument("--block_size", type=positive_int, default=64, help="Context length of windows and of the model.")
+    lm.add_argument(
+        "--block_size",
+        type=positive_int,
+        default=None,
+        help="Context length of the training windows and of a fresh model (default: 64, or the saved model's).",
+    )
     lm.add_argument("--torch_compile", action="store_true", help="Compile the model with torch.compile (inductor).")
     lm.add_argument("--per_device_train_batch_size", type=positive_int, default=12, help="Windows per batch.")
     lm.add_argument("--min_learning_rate", type=non_negative_float, default=1e-4, help="Learning rate after decay.")
@@ -122,6 +128,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.min_learning_rate > args.learning_rate:
         p.error(f"--min_learning_rate ({args.min_learning_rate}) is above --learning_rate ({args.learning_rate})")
     check_common_arguments(args, p, TRAINER)
+    config = check_model_arguments(args, p, lambda: NanoGPTConfig(**DEFAULT_MODEL))
+    if args.model_name_or_path:
+        args.tokenizer_name = args.tokenizer_name or args.model_name_or_path
+        if args.block_size is not None and args.block_size > config.block_size:
+            p.error(f"--block_size {args.block_size} exceeds the block_size ({config.block_size}) of the saved model")
+        args.block_size = args.block_size or config.block_size
+    args.block_size = args.block_size or 64
     args.per_device_eval_batch_size = args.per_device_eval_batch_size or args.per_device_train_batch_size
     return args
 
@@ -148,7 +161,16 @@ def load_tokenizer_and_ids(args: argparse.Namespace):
 
 
 def build_model(args: argparse.Namespace, tokenizer) -> NanoGPTForCausalLM:
-    """A fresh NanoGPT: nanoGPT's recipe size, the tokenizer's vocabulary, --block_size, then --config_overrides."""
+    """The saved --model_name_or_path, or a fresh NanoGPT: nanoGPT's recipe size, the tokenizer's vocabulary,
+    --block_size, then --config_overrides."""
+    if args.model_name_or_path:
+        remote = {"trust_remote_code": args.trust_remote_code}
+        config = AutoConfig.from_pretrained(args.model_name_or_path, **remote)
+        overrides = parse_config_overrides(args.config_overrides, config)
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **remote, **overrides)
+        if len(tokenizer) > model.config.vocab_size:
+            raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, the model only {model.config.vocab_size}")
+        return model
     overrides = parse_config_overrides(args.config_overrides, NanoGPTConfig)
     if "block_size" in overrides and overrides["block_size"] != args.block_size:
         raise ValueError("set the context length with --block_size, not --config_overrides block_size=...")
@@ -263,8 +285,8 @@ def main(argv: list[str] | None = None) -> None:
         sampler = RandomWindowSampler(
             train_ids, args.block_size, args.per_device_train_batch_size, [args.seed, accelerator.process_index]
         )
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    except (OSError, RuntimeError, ValueError) as err:  # RuntimeError: --config_overrides that do not fit the weights
+        raise UsageError(str(err).strip().splitlines()[0]) from None
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(
         f"{len(ids):,} tokens (train {len(train_ids):,}, validation {len(val_ids):,}, vocabulary {len(tokenizer)}); "

@@ -24,17 +24,24 @@ from collections import Counter
 from itertools import chain, islice
 from pathlib import Path
 
-import nanoformer.modeling  # noqa: F401 - registers the translator with the Auto classes
 import torch
 import torch.nn.functional as F
 from accelerate.logging import get_logger
 from accelerate.utils import set_seed
-from nanoformer.training.arguments import parse_config_overrides, positive_float, positive_int, unit_interval
+from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration  # registers the Auto classes
+from nanoformer.training.arguments import (
+    non_negative_int,
+    parse_config_overrides,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 from nanoformer.training.common import (
     CliParser,
     LoopState,
     add_common_arguments,
     check_common_arguments,
+    check_model_arguments,
     export_and_push,
     init_trackers,
     make_accelerator,
@@ -146,7 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     mt.add_argument("--max_eval_samples", type=positive_int, default=500, help="Validation pairs for loss and BLEU.")
     mt.add_argument("--num_beams", type=positive_int, default=4, help="Beam size for BLEU decoding (1 = greedy).")
-    mt.add_argument("--num_sample_translations", type=int, default=3, help="Sample translations logged per eval.")
+    mt.add_argument("--num_sample_translations", type=non_negative_int, default=3, help="Sample translations logged per eval.")
     mt.add_argument(
         "--early_stopping_patience",
         type=positive_int,
@@ -168,6 +175,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     check_common_arguments(args, p, TRAINER)
+    config = check_model_arguments(args, p, TranslatorConfig)
+    smoothing = parse_config_overrides(args.config_overrides, config).get("label_smoothing", args.label_smoothing)
+    if args.label_smoothing is not None and smoothing != args.label_smoothing:
+        p.error("--label_smoothing and --config_overrides label_smoothing=... disagree; give one")
+    saved_tokenizer = args.checkpoint is not None and (Path(args.output_dir) / "tokenizer" / "tokenizer.json").is_file()
+    if not (args.tokenizer_name or args.model_name_or_path or args.vocab_size or saved_tokenizer):
+        p.error("no tokenizer: pass --tokenizer_name (a saved tokenizer) or --vocab_size (train one)")
     if args.max_tokens_per_batch < args.max_source_length + args.max_target_length:
         p.error(
             f"--max_tokens_per_batch ({args.max_tokens_per_batch}) must be at least --max_source_length + "
@@ -198,7 +212,10 @@ def load_or_train_tokenizer(args, accelerator, resuming: bool):
     """--tokenizer_name, else the model's, else one trained on the first training pairs (saved in output_dir)."""
     name = args.tokenizer_name or args.model_name_or_path
     if name:
-        return AutoTokenizer.from_pretrained(name, trust_remote_code=args.trust_remote_code)
+        try:
+            return AutoTokenizer.from_pretrained(name, trust_remote_code=args.trust_remote_code)
+        except (OSError, ValueError) as error:
+            raise DataSourceError(f"cannot load the tokenizer of {name}: {str(error).strip().splitlines()[0]}") from None
     saved = Path(args.output_dir) / "tokenizer"
     if resuming and (saved / "tokenizer.json").is_file():
         return AutoTokenizer.from_pretrained(saved)  # the tokenizer the checkpoint was trained with
@@ -225,8 +242,6 @@ def load_or_train_tokenizer(args, accelerator, resuming: bool):
 def build_model(args, tokenizer):
     """The saved --model_name_or_path or a fresh translator sized by --config_overrides; --label_smoothing goes into
     its config, so the saved config.json says what the model was trained with."""
-    from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration
-
     if args.model_name_or_path:
         remote = {"trust_remote_code": args.trust_remote_code}
         config = AutoConfig.from_pretrained(args.model_name_or_path, **remote)
@@ -236,11 +251,6 @@ def build_model(args, tokenizer):
             eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id,
         )  # fmt: skip
     overrides = parse_config_overrides(args.config_overrides, config)
-    if (
-        args.label_smoothing is not None
-        and overrides.get("label_smoothing", args.label_smoothing) != args.label_smoothing
-    ):
-        raise ValueError("--label_smoothing and --config_overrides label_smoothing=... disagree; give one")
     if hasattr(config, "label_smoothing"):
         if args.label_smoothing is not None:
             overrides["label_smoothing"] = args.label_smoothing
@@ -397,8 +407,8 @@ def train(args: argparse.Namespace) -> dict:
     tokenizer = load_or_train_tokenizer(args, accelerator, resuming=args.checkpoint is not None)
     try:
         model = build_model(args, tokenizer)
-    except ValueError as error:
-        raise DataSourceError(str(error).splitlines()[0]) from error
+    except (OSError, RuntimeError, ValueError) as error:  # e.g. --config_overrides that do not fit the saved weights
+        raise DataSourceError(str(error).strip().splitlines()[0]) from error
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"Model {type(model).__name__}: {n_params / 1e6:.2f}M parameters; {model.config.to_diff_dict()}")
     eval_pairs, eval_batches = load_validation(args, tokenizer, to_script)
