@@ -325,3 +325,30 @@ def test_train_mt_continues_from_its_output_and_from_a_hub_export(mt_run, shared
         assert result.returncode == 0, result.stderr[-3000:]
         config = read_json(out / "config.json")
         assert (config["d_model"], config["label_smoothing"]) == (32, 0.2)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# An --output_dir holding a run is protected
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_output_dir_holding_a_run_is_refused_unless_overwritten_or_resumed(lm_checkpoint, shared_data, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(lm_checkpoint.parent, out)
+    assert (out / "step_2" / "meta.json").is_file() and (out / "all_results.json").is_file()
+    one_line_error(run(TRAIN_LM, *lm_args(shared_data, out)), "already holds a run", "--overwrite_output_dir")
+    one_line_error(
+        run(TRAIN_LM, *lm_args(shared_data, out), "--overwrite_output_dir", "--resume_from_checkpoint", "latest"),
+        "contradict",
+    )
+    result = run(TRAIN_LM, *lm_args(shared_data, out, steps=3), "--resume_from_checkpoint", "latest")
+    assert result.returncode == 0 and "Resumed from" in result.stderr, result.stderr[-3000:]
+    assert read_json(out / "all_results.json")["step"] == 3
+
+    (out / "notes.txt").write_text("mine")
+    result = run(TRAIN_LM, *lm_args(shared_data, out, steps=1), "--overwrite_output_dir")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not list(out.glob("step_*"))  # the old run's checkpoints are gone: a later `latest` cannot pick them
+    assert read_json(out / "all_results.json")["step"] == 1 and (out / "notes.txt").read_text() == "mine"

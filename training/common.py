@@ -184,6 +184,14 @@ def check_common_arguments(args: argparse.Namespace, parser: argparse.ArgumentPa
         parser.error(f"--output_dir {out}: cannot be created ({probe} is a file)")
     if not os.access(probe, os.W_OK | os.X_OK):
         parser.error(f"--output_dir {out}: not writable ({probe} is read-only for this user)")
+    if args.resume_from_checkpoint and args.overwrite_output_dir:
+        parser.error("--resume_from_checkpoint and --overwrite_output_dir contradict each other; give one")
+    if not args.resume_from_checkpoint and not args.overwrite_output_dir and holds_run(out):
+        # A new run would mix its files with the old one's, and a later `latest` would resume the old run.
+        parser.error(
+            f"--output_dir {out} already holds a run; pass --resume_from_checkpoint latest to continue it, "
+            "--overwrite_output_dir to start clean, or another --output_dir"
+        )
     try:
         args.checkpoint = resolve_checkpoint(args.resume_from_checkpoint, out)
     except ValueError as err:
