@@ -6,8 +6,10 @@ accumulation), the one-line error policy, --output_dir protection, preemption by
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -352,3 +354,67 @@ def test_output_dir_holding_a_run_is_refused_unless_overwritten_or_resumed(lm_ch
     assert result.returncode == 0, result.stderr[-3000:]
     assert not list(out.glob("step_*"))  # the old run's checkpoints are gone: a later `latest` cannot pick them
     assert read_json(out / "all_results.json")["step"] == 1 and (out / "notes.txt").read_text() == "mine"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Preemption: SIGTERM/SIGINT finish the update, checkpoint, exit 75; `latest` continues exactly
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def interrupt(cmd: list, signum: int, log: Path) -> subprocess.CompletedProcess:
+    """Run `cmd` with stderr in `log`; once its training loop runs (the progress bar is up), send `signum`."""
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            deadline = time.monotonic() + 300
+            while "train:" not in log.read_text():
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the training loop never started"
+                time.sleep(0.1)
+            time.sleep(0.5)  # a few updates in
+            proc.send_signal(signum)
+            stdout, _ = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, log.read_text())
+
+
+def test_sigterm_checkpoints_and_resume_latest_continues_exactly(shared_data, tmp_path):
+    from nanoformer.training.common import PREEMPTED_EXIT_CODE
+    from safetensors.torch import load_file
+
+    # A constant learning rate, so that a run's schedule does not depend on --max_train_steps.
+    flags = ["--learning_rate", "1e-3", "--min_learning_rate", "1e-3", "--warmup_steps", "0", "--logging_steps", "50",
+             "--config_overrides", TINY_LM + ",dropout=0.1", "--checkpointing_steps", "1000000"]  # fmt: skip
+    out = tmp_path / "preempted"
+    cmd = [sys.executable, TRAIN_LM, *lm_args(shared_data, out, steps=1_000_000), *flags]
+    result = interrupt(cmd, signal.SIGTERM, tmp_path / "preempted.log")
+    assert result.returncode == PREEMPTED_EXIT_CODE, result.stderr[-3000:]
+    assert "Stopped by SIGTERM" in result.stderr and not (out / "all_results.json").exists()
+    (checkpoint,) = list(out.glob("step_*"))
+    step = int(checkpoint.name.split("_")[1])
+    assert 0 < step < 1_000_000
+
+    resumed = run(TRAIN_LM, *lm_args(shared_data, out, steps=step + 20), *flags, "--resume_from_checkpoint", "latest")
+    assert resumed.returncode == 0 and f"at step {step}" in resumed.stderr, resumed.stderr[-3000:]
+    reference = run(TRAIN_LM, *lm_args(shared_data, tmp_path / "straight", steps=step + 20), *flags)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    a, b = load_file(out / "model.safetensors"), load_file(tmp_path / "straight" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the interrupted + resumed run is the uninterrupted one
+
+
+def test_sigint_stops_the_translator_trainer_with_a_checkpoint(shared_data, bpe_tokenizer_dir, tmp_path):
+    from nanoformer.training.common import PREEMPTED_EXIT_CODE
+
+    out = tmp_path / "mt"
+    cmd = [sys.executable, TRAIN_MT, *mt_args(shared_data, bpe_tokenizer_dir, out, steps=100_000)]
+    result = interrupt(cmd, signal.SIGINT, tmp_path / "mt.log")
+    assert result.returncode == PREEMPTED_EXIT_CODE, result.stderr[-3000:]
+    assert "Stopped by SIGINT" in result.stderr and "Traceback" not in result.stderr
+    (checkpoint,) = list(out.glob("step_*"))
+    step = int(checkpoint.name.split("_")[1])
+    resumed = run(TRAIN_MT, *mt_args(shared_data, bpe_tokenizer_dir, out, steps=step + 2), "--resume_from_checkpoint",
+                  "latest")  # fmt: skip
+    assert resumed.returncode == 0 and f"at step {step}" in resumed.stderr, resumed.stderr[-3000:]
+    assert read_json(out / "all_results.json")["step"] == step + 2

@@ -312,7 +312,9 @@ class LoopState:
 
     def record_eval(self, value: float, higher_is_better: bool) -> bool:
         """Update the best score with an evaluation at the current step; returns whether it improved."""
-        better = self.best_metric is None or (value > self.best_metric if higher_is_better else value < self.best_metric)
+        better = self.best_metric is None or (
+            value > self.best_metric if higher_is_better else value < self.best_metric
+        )
         if better:
             self.best_metric, self.best_step, self.bad_evals = value, self.step, 0
         else:
@@ -354,7 +356,9 @@ def resume(accelerator: Accelerator, checkpoint: Path | None, state: LoopState, 
         saved = load_checkpoint(accelerator, checkpoint)
     except (RuntimeError, ValueError, KeyError) as error:  # shapes or keys of another model
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        detail = next((line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key"))), None)
+        detail = next(
+            (line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key"))), None
+        )
         raise UsageError(
             f"--resume_from_checkpoint {checkpoint}: does not fit this model/optimizer: {detail or _first_line(error)}"
         ) from error
@@ -425,6 +429,8 @@ def export_and_push(model, tokenizer, args: argparse.Namespace, **card: Any) -> 
 class StopOnSignal:
     """Turns SIGTERM/SIGINT (SLURM or Kubernetes preemption, Ctrl-C) into a request to stop after this update.
 
+    Create it when the loop starts (before, Ctrl-C interrupts set-up at once, as usual).
+
     The loop calls `requested(accelerator)` once per update; with several processes the flag is all-reduced so that
     every process stops at the same step (one of them may have received the signal a little later). A second signal
     while stopping exits at once, as the default handler would.
@@ -446,10 +452,12 @@ class StopOnSignal:
             flag = bool(accelerator.reduce(torch.tensor(float(flag), device=accelerator.device), "max"))
         return flag
 
-    def exit_after_checkpoint(self, checkpoint: Path) -> None:
+    def exit(self, accelerator: Accelerator, checkpoint: Path) -> None:
+        """After `checkpoint` was written: close the trackers and exit with `PREEMPTED_EXIT_CODE`."""
         name = signal.Signals(self.signum).name if self.signum else "a signal"
         logger.warning(
-            f"Stopped by {name}: checkpoint {checkpoint} written; continue with --resume_from_checkpoint latest "
-            f"(exit status {PREEMPTED_EXIT_CODE})"
+            f"Stopped by {name} after step {checkpoint.name.removeprefix('step_')}: checkpoint {checkpoint} written; "
+            f"continue with --resume_from_checkpoint latest (exit status {PREEMPTED_EXIT_CODE})"
         )
+        accelerator.end_training()
         sys.exit(PREEMPTED_EXIT_CODE)

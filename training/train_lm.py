@@ -42,6 +42,7 @@ from nanoformer.training.checkpointing import read_meta
 from nanoformer.training.common import (
     CliParser,
     LoopState,
+    StopOnSignal,
     add_common_arguments,
     check_common_arguments,
     check_model_arguments,
@@ -180,8 +181,14 @@ def build_model(args: argparse.Namespace, tokenizer) -> NanoGPTForCausalLM:
         )
     ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
     config = NanoGPTConfig(
-        **{"vocab_size": len(tokenizer), "block_size": args.block_size, **ids, "pad_token_id": tokenizer.pad_token_id,
-           **DEFAULT_MODEL, **overrides}  # fmt: skip
+        **{
+            "vocab_size": len(tokenizer),
+            "block_size": args.block_size,
+            **ids,
+            "pad_token_id": tokenizer.pad_token_id,
+            **DEFAULT_MODEL,
+            **overrides,
+        }  # fmt: skip
     )
     model = NanoGPTForCausalLM(config)
     model.generation_config = GenerationConfig(
@@ -348,6 +355,7 @@ def make_evaluate(args, accelerator, tokenizer, train_ids, val_ids, state: LoopS
 def train_loop(args, accelerator, model, optimizer, scheduler, sampler, state, evaluate, tokens_per_step, tokenizer):
     """nanoGPT's loop: accumulate, clip, step; log the running loss, evaluate, checkpoint."""
     running_loss, running_n = 0.0, 0
+    stop = StopOnSignal()  # SIGTERM/SIGINT from here on: finish the update, checkpoint, exit
     progress = tqdm(
         total=args.max_train_steps, initial=state.step, disable=not accelerator.is_local_main_process, desc="train",
         mininterval=0.1 if sys.stderr.isatty() else 30.0,  # a log file gets a line every 30 s, not every step
@@ -387,9 +395,13 @@ def train_loop(args, accelerator, model, optimizer, scheduler, sampler, state, e
         last = state.step == args.max_train_steps
         if state.step % args.eval_steps == 0 or last:
             evaluate(model, state.step)
+        extra = {"tokenizer": tokenizer_fingerprint(tokenizer)}
         if args.checkpointing_steps and (state.step % args.checkpointing_steps == 0 or last):
-            extra = {"tokenizer": tokenizer_fingerprint(tokenizer)}
             save(accelerator, args, state, TRAINER, data_state=sampler.state_dict(), extra=extra)
+        if stop.requested(accelerator):
+            stop.exit(
+                accelerator, save(accelerator, args, state, TRAINER, data_state=sampler.state_dict(), extra=extra)
+            )
     progress.close()
 
 

@@ -39,6 +39,7 @@ from nanoformer.training.arguments import (
 from nanoformer.training.common import (
     CliParser,
     LoopState,
+    StopOnSignal,
     add_common_arguments,
     check_common_arguments,
     check_model_arguments,
@@ -153,7 +154,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     mt.add_argument("--max_eval_samples", type=positive_int, default=500, help="Validation pairs for loss and BLEU.")
     mt.add_argument("--num_beams", type=positive_int, default=4, help="Beam size for BLEU decoding (1 = greedy).")
-    mt.add_argument("--num_sample_translations", type=non_negative_int, default=3, help="Sample translations logged per eval.")
+    mt.add_argument(
+        "--num_sample_translations", type=non_negative_int, default=3, help="Sample translations logged per eval."
+    )
     mt.add_argument(
         "--early_stopping_patience",
         type=positive_int,
@@ -215,7 +218,9 @@ def load_or_train_tokenizer(args, accelerator, resuming: bool):
         try:
             return AutoTokenizer.from_pretrained(name, trust_remote_code=args.trust_remote_code)
         except (OSError, ValueError) as error:
-            raise DataSourceError(f"cannot load the tokenizer of {name}: {str(error).strip().splitlines()[0]}") from None
+            raise DataSourceError(
+                f"cannot load the tokenizer of {name}: {str(error).strip().splitlines()[0]}"
+            ) from None
     saved = Path(args.output_dir) / "tokenizer"
     if resuming and (saved / "tokenizer.json").is_file():
         return AutoTokenizer.from_pretrained(saved)  # the tokenizer the checkpoint was trained with
@@ -439,6 +444,7 @@ def train(args: argparse.Namespace) -> dict:
 
 def train_loop(args, accelerator, model, optimizer, scheduler, prefetch, batches, state, evaluate, data_state, t0):
     """nanoGPT's loop: accumulate, clip, step; log, evaluate, checkpoint. Returns (stop reason, last eval, data)."""
+    stop = StopOnSignal()  # SIGTERM/SIGINT from here on: finish the update, checkpoint, exit
     progress = tqdm(total=args.max_train_steps, initial=state.step, disable=not accelerator.is_local_main_process,
                     desc="train", dynamic_ncols=True)  # fmt: skip
     model.train()
@@ -491,6 +497,12 @@ def train_loop(args, accelerator, model, optimizer, scheduler, prefetch, batches
             save(accelerator, args, state, TRAINER, data_state=data_state, runtime=time.perf_counter() - t0)
         if last:
             break
+        if stop.requested(accelerator):
+            prefetch.close()
+            stop.exit(
+                accelerator,
+                save(accelerator, args, state, TRAINER, data_state=data_state, runtime=time.perf_counter() - t0),
+            )
     progress.close()
     return stop_reason, last_results, data_state
 
