@@ -418,3 +418,38 @@ def test_sigint_stops_the_translator_trainer_with_a_checkpoint(shared_data, bpe_
                   "latest")  # fmt: skip
     assert resumed.returncode == 0 and f"at step {step}" in resumed.stderr, resumed.stderr[-3000:]
     assert read_json(out / "all_results.json")["step"] == step + 2
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The HF example scripts' flag names
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_hf_flag_names_in_the_lm_trainer(shared_data, tmp_path):
+    args = lm_args(shared_data, tmp_path, steps=1)
+    del args[args.index("--max_train_steps") : args.index("--max_train_steps") + 2]
+    del args[args.index("--warmup_steps") : args.index("--warmup_steps") + 2]
+    result = run(TRAIN_LM, *args, "--num_train_epochs", 2, "--max_train_samples", 50, "--lr_scheduler_type", "linear",
+                 "--num_warmup_steps", 2, "--min_learning_rate", 0)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    # 50 windows of 16 tokens (+1 target) = 801 training tokens, 4 x 16 tokens per step: 2 epochs = ceil(1602 / 64)
+    assert read_json(tmp_path / "all_results.json")["step"] == 26
+    lrs = [r["learning_rate"] for r in read_json(tmp_path / "log_history.json") if "learning_rate" in r]
+    assert lrs[2] == pytest.approx(1e-3) and lrs[-1] == pytest.approx(1e-3 / 24)  # linear decay towards 0
+
+
+def test_hf_flag_names_in_the_mt_trainer(shared_data, bpe_tokenizer_dir, tmp_path):
+    args = mt_args(shared_data, bpe_tokenizer_dir, tmp_path / "epochs", steps=1)
+    del args[args.index("--max_train_steps") : args.index("--max_train_steps") + 2]
+    result = run(TRAIN_MT, *args, "--num_train_epochs", 1, "--max_train_samples", 40)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = read_json(tmp_path / "epochs" / "all_results.json")
+    assert results["stop_reason"] == "num_train_epochs" and results["rows_read"] == 40
+    assert results["train_target_tokens"] > 0 and 1 <= results["step"] < 40
+
+    args = mt_args(shared_data, bpe_tokenizer_dir, tmp_path / "linear", steps=3)
+    del args[args.index("--warmup_steps") : args.index("--warmup_steps") + 2]
+    result = run(TRAIN_MT, *args, "--lr_scheduler_type", "linear", "--num_warmup_steps", 1, "--learning_rate", 1e-3)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lrs = [r["learning_rate"] for r in read_json(tmp_path / "linear" / "log_history.json") if "learning_rate" in r]
+    assert lrs == pytest.approx([1e-3, 5.5e-4, 1e-4])  # warmup to the peak, then straight down to peak / 10

@@ -66,7 +66,12 @@ RUN_FOLDERS = ("runs", "hub", "tokenizer")
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, *, scheduler_choices: Sequence[str]) -> None:
+SCHEDULER_CHOICES = ("cosine", "linear", "constant_with_warmup")
+
+
+def add_common_arguments(
+    parser: argparse.ArgumentParser, *, scheduler_choices: Sequence[str] = SCHEDULER_CHOICES
+) -> None:
     """Declare the flags both trainers share. Defaults are generic; each script overrides them with set_defaults."""
     model = parser.add_argument_group("model and tokenizer")
     model.add_argument(
@@ -89,7 +94,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, scheduler_choices: 
 
     optim = parser.add_argument_group("optimisation")
     optim.add_argument(
-        "--lr_scheduler_type", default=scheduler_choices[0], choices=scheduler_choices, help="Learning-rate schedule."
+        "--lr_scheduler_type",
+        default=scheduler_choices[0],
+        choices=scheduler_choices,
+        help="Learning-rate schedule after the linear warmup (cosine and linear decay to the minimum lr).",
     )
     optim.add_argument("--learning_rate", type=positive_float, default=1e-3, help="Peak learning rate.")
     optim.add_argument(
@@ -105,7 +113,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, scheduler_choices: 
     optim.add_argument(
         "--gradient_accumulation_steps", type=positive_int, default=1, help="Batches accumulated per optimizer step."
     )
-    optim.add_argument("--max_train_steps", type=positive_int, default=1000, help="Optimizer steps in total.")
+    optim.add_argument(
+        "--max_train_steps",
+        type=positive_int,
+        default=None,
+        help="Optimizer steps in total (default: the script's recipe, or the length of --num_train_epochs).",
+    )
+    optim.add_argument(
+        "--num_train_epochs",
+        type=positive_float,
+        default=None,
+        help="Passes over the training data; --max_train_steps, when also given, stops the run earlier.",
+    )
+    optim.add_argument(
+        "--max_train_samples", type=positive_int, default=None, help="Train on the first N examples only."
+    )
     optim.add_argument("--seed", type=int, default=42, help="Seed of the model init, dropout and data order.")
 
     out = parser.add_argument_group("evaluation, logging, checkpoints and output")

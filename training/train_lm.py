@@ -63,7 +63,7 @@ from nanoformer.training.lm_data import (
     split_train_val,
     tokenizer_fingerprint,
 )
-from nanoformer.training.schedules import get_cosine_with_warmup_schedule
+from nanoformer.training.schedules import get_schedule
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -81,11 +81,12 @@ RESUME_MUST_MATCH = (
 )
 # nanoGPT's CPU recipe for tiny Shakespeare (its README), before any --config_overrides.
 DEFAULT_MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 128, "dropout": 0.0, "bias": False}
+DEFAULT_MAX_TRAIN_STEPS = 2000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = CliParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_common_arguments(p, scheduler_choices=("cosine",))
+    add_common_arguments(p)
     data = p.add_argument_group("data")
     data.add_argument("--train_file", type=str, default=None, help="A UTF-8 plain-text file to train on.")
     data.add_argument("--dataset_name", type=str, default=None, help="A Hub dataset to train on instead (train split).")
@@ -116,7 +117,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         warmup_steps=100,
         weight_decay=0.1,
         adam_beta2=0.99,
-        max_train_steps=2000,
         seed=1337,
         eval_steps=250,
         logging_steps=10,
@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
         with accelerator.main_process_first():  # the main process encodes and caches the ids; the others reuse them
             tokenizer, ids = load_tokenizer_and_ids(args)
         train_ids, val_ids = split_train_val(ids, args.validation_split_percentage)
+        if args.max_train_samples:  # the first N block_size windows, as run_clm's samples
+            train_ids = train_ids[: args.max_train_samples * args.block_size + 1]
         model = build_model(args, tokenizer)
         saved_tokenizer = read_meta(args.checkpoint).get("extra", {}).get("tokenizer") if args.checkpoint else None
         if saved_tokenizer not in (None, tokenizer_fingerprint(tokenizer)):
@@ -299,10 +301,16 @@ def main(argv: list[str] | None = None) -> None:
         f"{len(ids):,} tokens (train {len(train_ids):,}, validation {len(val_ids):,}, vocabulary {len(tokenizer)}); "
         f"model {n_params / 1e6:.2f}M parameters"
     )
+    tokens_per_step = args.per_device_train_batch_size * args.block_size * args.gradient_accumulation_steps
+    tokens_per_step *= accelerator.num_processes
+    if args.num_train_epochs and not args.max_train_steps:  # an epoch: as many tokens as the training split holds
+        args.max_train_steps = max(1, math.ceil(args.num_train_epochs * len(train_ids) / tokens_per_step))
+    args.max_train_steps = args.max_train_steps or DEFAULT_MAX_TRAIN_STEPS
     optimizer = configure_optimizer(model, args)
-    scheduler = get_cosine_with_warmup_schedule(
-        optimizer, warmup_steps=args.warmup_steps, decay_steps=args.max_train_steps, min_lr=args.min_learning_rate
-    )
+    scheduler = get_schedule(
+        args.lr_scheduler_type, optimizer, warmup_steps=args.warmup_steps, decay_steps=args.max_train_steps,
+        min_lr=args.min_learning_rate,
+    )  # fmt: skip
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     state = LoopState()
     saved = resume(accelerator, args.checkpoint, state, sampler)
@@ -313,8 +321,6 @@ def main(argv: list[str] | None = None) -> None:
             logger.warning(f"Resuming with settings that differ from the checkpoint's (saved, now): {changed}")
     init_trackers(accelerator, args, TRAINER)
 
-    tokens_per_step = args.per_device_train_batch_size * args.block_size * args.gradient_accumulation_steps
-    tokens_per_step *= accelerator.num_processes
     logger.info(
         f"Training to step {args.max_train_steps} from step {state.step}: {tokens_per_step:,} tokens per step "
         f"({accelerator.num_processes} process(es), mixed precision {accelerator.mixed_precision})"

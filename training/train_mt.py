@@ -37,6 +37,7 @@ from nanoformer.training.arguments import (
     unit_interval,
 )
 from nanoformer.training.common import (
+    SCHEDULER_CHOICES,
     CliParser,
     LoopState,
     StopOnSignal,
@@ -65,17 +66,18 @@ from nanoformer.training.data import (
     skipped_rows,
 )
 from nanoformer.training.mt_evaluation import ZH_SCRIPTS, evaluate_translation, zh_script_converter
-from nanoformer.training.schedules import get_cosine_with_warmup_schedule, get_noam_schedule
+from nanoformer.training.schedules import get_schedule
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
 logger = get_logger(__name__)
 TRAINER = "train_mt"
+DEFAULT_MAX_TRAIN_STEPS = 100_000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = CliParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_common_arguments(p, scheduler_choices=("noam", "cosine"))
+    add_common_arguments(p, scheduler_choices=("noam", *SCHEDULER_CHOICES))
     data = p.add_argument_group("data")
     data.add_argument("--dataset_name", default="wmt/wmt19", help="Hub dataset id, streamed (unless --train_file).")
     data.add_argument("--dataset_config_name", default="zh-en", help="Configuration of --dataset_name.")
@@ -169,7 +171,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         warmup_steps=4000,
         adam_beta2=0.98,
         adam_epsilon=1e-9,
-        max_train_steps=100_000,
         eval_steps=1000,
         logging_steps=50,
         checkpointing_steps=1000,
@@ -192,6 +193,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.lr_scheduler_type == "noam" and args.warmup_steps == 0:
         p.error("--lr_scheduler_type noam needs --warmup_steps > 0")
+    if args.num_train_epochs and not args.max_train_steps and args.lr_scheduler_type != "noam":
+        p.error(f"--lr_scheduler_type {args.lr_scheduler_type} with --num_train_epochs needs --max_train_steps "
+                "(the length of a streamed corpus is not known in advance)")  # fmt: skip
+    if args.num_train_epochs and args.num_train_epochs != int(args.num_train_epochs):
+        p.error("--num_train_epochs: the translator trainer counts whole passes over its stream; give an integer")
+    if not args.max_train_steps:
+        args.max_train_steps = 10**9 if args.num_train_epochs else DEFAULT_MAX_TRAIN_STEPS
     return args
 
 
@@ -318,6 +326,8 @@ def training_batches(args, accelerator, dataset, parser, tokenizer, to_script, s
     Returns the prefetching iterator (for its wait time and `close`) and an iterator of ``(batch, stream state)``
     starting with the first batch: a source that fails on first read (offline Hub...) is a one-line error here.
     """
+    if args.max_train_samples:
+        dataset = dataset.take(args.max_train_samples)  # rows of the file or Hub split (malformed ones included)
     if accelerator.num_processes > 1:
         from datasets.distributed import split_dataset_by_node
 
@@ -358,13 +368,10 @@ def make_optimizer(args, model):
         eps=args.adam_epsilon,
         weight_decay=args.weight_decay,
     )
-    if args.lr_scheduler_type == "noam":
-        d_model = model.config.d_model
-        scheduler = get_noam_schedule(optimizer, d_model=d_model, warmup_steps=args.warmup_steps, scale=args.noam_scale)
-    else:
-        scheduler = get_cosine_with_warmup_schedule(
-            optimizer, warmup_steps=args.warmup_steps, decay_steps=args.max_train_steps, min_lr=args.learning_rate / 10
-        )
+    scheduler = get_schedule(
+        args.lr_scheduler_type, optimizer, warmup_steps=args.warmup_steps, decay_steps=args.max_train_steps,
+        min_lr=args.learning_rate / 10, d_model=model.config.d_model, noam_scale=args.noam_scale,
+    )  # fmt: skip
     return optimizer, scheduler
 
 
@@ -481,11 +488,15 @@ def train_loop(args, accelerator, model, optimizer, scheduler, prefetch, batches
             interval = dict.fromkeys(interval, 0)
 
         out_of_time = budget is not None and state.train_seconds >= budget
-        if accelerator.num_processes > 1 and budget is not None:  # every process must stop at the same step
-            out_of_time = bool(accelerator.reduce(torch.tensor(float(out_of_time), device=accelerator.device), "max"))
-        last = state.step >= args.max_train_steps or out_of_time
-        if out_of_time:
-            stop_reason = "max_train_minutes"
+        # Every pass over the data is done when the stream has started the next one and holds none of the last.
+        epochs_done = data_state["epoch"] - bool(data_state["pending"] or data_state["buffer"])
+        out_of_data = args.num_train_epochs is not None and epochs_done >= args.num_train_epochs
+        if accelerator.num_processes > 1 and (budget or args.num_train_epochs):  # all processes stop at one step
+            flags = torch.tensor([float(out_of_time), float(out_of_data)], device=accelerator.device)
+            out_of_time, out_of_data = map(bool, accelerator.reduce(flags, "max").tolist())
+        last = state.step >= args.max_train_steps or out_of_time or out_of_data
+        if out_of_time or out_of_data:
+            stop_reason = "max_train_minutes" if out_of_time else "num_train_epochs"
         if evaluate is not None and (state.step % args.eval_steps == 0 or last):
             last_results = evaluate(model, state.step, data_state["counters"])
             key = "eval_bleu" if args.early_stopping_metric == "bleu" else "eval_loss"
