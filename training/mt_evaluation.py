@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from accelerate.logging import get_logger
 
+logger = get_logger(__name__)  # logs on the main process only
 SACREBLEU_METRIC_PATH = str(Path(__file__).resolve().parent / "metrics" / "sacrebleu_zh.py")
 ZH_SCRIPTS = ("as-is", "simplified", "traditional")
 EXTRA_TARGET_TOKENS = 50  # the paper's length bound: at most source length + 50 output tokens (§6.1)
@@ -179,3 +181,34 @@ def evaluate_translation(
         ]
     model.train()
     return results
+
+
+def make_evaluate(args, accelerator, tokenizer, pairs, batches, state):
+    """``evaluate(model, step, counters=None, with_bleu=True) -> results``: validation loss (and BLEU), logged to the
+    console, the trackers and ``state.history`` (`state`: the trainer's `LoopState`)."""
+    from nanoformer.training.data import describe_counters, reduce_counters, skipped_rows
+
+    def evaluate(model, step: int, counters=None, with_bleu: bool = True) -> dict:
+        results = evaluate_translation(
+            accelerator, accelerator.unwrap_model(model), tokenizer, pairs, batches, with_bleu=with_bleu,
+            num_beams=args.num_beams, batch_size=args.per_device_eval_batch_size,
+            max_source_length=args.max_source_length, max_target_length=args.max_target_length,
+            num_samples=args.num_sample_translations,
+        )  # fmt: skip
+        counters = reduce_counters(accelerator, counters or {})
+        record = {"step": step, **{k: v for k, v in results.items() if isinstance(v, float | int)}}
+        record["skipped_rows"] = skipped_rows(counters)
+        state.history.append(record)
+        msg = f"eval step {step}: loss {results['eval_loss']:.4f} ppl {results['eval_ppl']:.2f}"
+        if "eval_bleu" in results:
+            msg += f" BLEU {results['eval_bleu']:.2f} ({results['bleu_signature']}, {len(pairs)} pairs)"
+        logger.info(f"{msg}; data: {describe_counters(counters)}")
+        if "attn_logit_max_per_layer" in results:
+            logger.info(f"attention logit max |QK^T/sqrt(d)| per module: {results['attn_logit_max_per_layer']}")
+        for sample in results.get("samples", []):
+            logger.info(f"  src: {sample['source']}\n  ref: {sample['reference']}\n  hyp: {sample['hypothesis']}")
+        if args.with_tracking:
+            accelerator.log({f"eval/{k}": v for k, v in record.items() if k != "step"}, step=step)
+        return results
+
+    return evaluate

@@ -23,13 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from accelerate.logging import get_logger
 from accelerate.utils import set_seed
 from nanoformer.modeling import NanoGPTConfig, NanoGPTForCausalLM
 from nanoformer.tokenization import build_char_tokenizer
+from nanoformer.training import common
 from nanoformer.training.arguments import (
     UsageError,
     non_negative_float,
@@ -39,36 +38,31 @@ from nanoformer.training.arguments import (
     positive_int,
 )
 from nanoformer.training.checkpointing import read_meta
-from nanoformer.training.common import (
-    CliParser,
-    LoopState,
-    StopOnSignal,
-    add_common_arguments,
-    check_common_arguments,
-    check_model_arguments,
-    export_and_push,
-    init_trackers,
-    make_accelerator,
-    resume,
-    run_cli,
-    save,
-    save_final,
-)
 from nanoformer.training.lm_data import (
     RandomWindowSampler,
     collect_characters,
     encode_to_file,
-    full_split_windows,
     read_text_chunks,
     split_train_val,
     tokenizer_fingerprint,
 )
+from nanoformer.training.lm_evaluation import full_split_loss, lm_loss, make_evaluate, sample_text
 from nanoformer.training.schedules import get_schedule
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 logger = get_logger(__name__, log_level="INFO")
 TRAINER = "train_lm"
+# nanoGPT's shakespeare_char recipe: defaults of the shared flags (training/common.py) for this trainer.
+RECIPE = {
+    "learning_rate": 1e-3,
+    "warmup_steps": 100,
+    "weight_decay": 0.1,
+    "adam_beta2": 0.99,
+    "seed": 1337,
+    "eval_steps": 250,
+    "logging_steps": 10,
+}
 
 # Settings that define the model or the data: a resumed run warns when they differ from the checkpoint's.
 RESUME_MUST_MATCH = (
@@ -85,8 +79,8 @@ DEFAULT_MAX_TRAIN_STEPS = 2000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = CliParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_common_arguments(p)
+    p = common.CliParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    common.add_common_arguments(p)
     data = p.add_argument_group("data")
     data.add_argument("--train_file", type=str, default=None, help="A UTF-8 plain-text file to train on.")
     data.add_argument("--dataset_name", type=str, default=None, help="A Hub dataset to train on instead (train split).")
@@ -112,15 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     lm.add_argument(
         "--sample_max_new_tokens", type=non_negative_int, default=200, help="Length of the sample printed per eval."
     )
-    p.set_defaults(
-        learning_rate=1e-3,
-        warmup_steps=100,
-        weight_decay=0.1,
-        adam_beta2=0.99,
-        seed=1337,
-        eval_steps=250,
-        logging_steps=10,
-    )
+    p.set_defaults(**RECIPE)
     args = p.parse_args(argv)
     if bool(args.train_file) == bool(args.dataset_name):
         p.error("give exactly one of --train_file or --dataset_name")
@@ -128,8 +114,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--train_file not found: {args.train_file}")
     if args.min_learning_rate > args.learning_rate:
         p.error(f"--min_learning_rate ({args.min_learning_rate}) is above --learning_rate ({args.learning_rate})")
-    check_common_arguments(args, p, TRAINER)
-    config = check_model_arguments(args, p, lambda: NanoGPTConfig(**DEFAULT_MODEL))
+    common.check_common_arguments(args, p, TRAINER)
+    config = common.check_model_arguments(args, p, lambda: NanoGPTConfig(**DEFAULT_MODEL))
     if args.model_name_or_path:
         args.tokenizer_name = args.tokenizer_name or args.model_name_or_path
         if args.block_size is not None and args.block_size > config.block_size:
@@ -208,57 +194,6 @@ def configure_optimizer(model: torch.nn.Module, args: argparse.Namespace) -> tor
     return torch.optim.AdamW(groups, lr=args.learning_rate, betas=betas, eps=args.adam_epsilon)
 
 
-def lm_loss(
-    model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
-) -> torch.Tensor:
-    """Cross-entropy of every position against its target (the window shifted by one), as nanoGPT computes it."""
-    logits = model(input_ids=inputs).logits
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction=reduction)
-
-
-@torch.no_grad()
-def estimate_loss(model, accelerator, ids: np.ndarray, args, seed: list[int]) -> float:
-    """Mean loss over --eval_iters random batches of one split (the same batches at every evaluation)."""
-    model.eval()
-    sampler = RandomWindowSampler(
-        ids, args.block_size, args.per_device_eval_batch_size, seed + [accelerator.process_index]
-    )
-    losses = torch.zeros(args.eval_iters, device=accelerator.device)
-    for i in range(args.eval_iters):
-        inputs, targets = sampler.next_batch()
-        losses[i] = lm_loss(model, inputs.to(accelerator.device), targets.to(accelerator.device))
-    model.train()
-    return accelerator.reduce(losses.mean(), reduction="mean").item()
-
-
-@torch.no_grad()
-def full_split_loss(model, accelerator, ids: np.ndarray, args) -> float:
-    """Exact mean loss over the whole split in non-overlapping block_size windows (windows shared out across processes)."""
-    model.eval()
-    totals = torch.zeros(2, device=accelerator.device, dtype=torch.float64)  # summed loss, tokens
-    for inputs, targets in full_split_windows(
-        ids, args.block_size, args.per_device_eval_batch_size, accelerator.process_index, accelerator.num_processes
-    ):
-        loss_sum = lm_loss(model, inputs.to(accelerator.device), targets.to(accelerator.device), reduction="sum")
-        totals += torch.stack([loss_sum.double(), torch.tensor(targets.numel(), device=accelerator.device).double()])
-    model.train()
-    totals = accelerator.reduce(totals, reduction="sum")
-    return (totals[0] / totals[1]).item()
-
-
-@torch.no_grad()
-def sample_text(model, tokenizer, args, max_new_tokens: int) -> str:
-    """A sample from a newline prompt (nanoGPT's start), on a forked RNG so that training randomness is untouched."""
-    prompt = tokenizer("\n", add_special_tokens=False)["input_ids"] or [tokenizer.eos_token_id]
-    device = next(model.parameters()).device
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(args.seed)
-        model.eval()
-        out = model.generate(torch.tensor([prompt], device=device), max_new_tokens=max_new_tokens)
-        model.train()
-    return tokenizer.decode(out[0, len(prompt) :], skip_special_tokens=True)
-
-
 def push_model(model, tokenizer, args: argparse.Namespace, results: dict) -> Path:
     """Export the model with a card naming its data and whole-split validation loss, and upload it."""
     if args.dataset_name:
@@ -267,7 +202,7 @@ def push_model(model, tokenizer, args: argparse.Namespace, results: dict) -> Pat
         data_name = Path(args.train_file).name
         datasets = None if "shakespeare" in str(args.train_file).lower() else []
     split = f"last {args.validation_split_percentage:g}% (whole split, non-overlapping block_size windows)"
-    return export_and_push(
+    return common.export_and_push(
         model, tokenizer, args, metrics={"eval_loss": results["eval_loss_full"]}, datasets=datasets,
         eval_dataset={"type": "text", "name": data_name, "split": split},
     )  # fmt: skip
@@ -275,7 +210,7 @@ def push_model(model, tokenizer, args: argparse.Namespace, results: dict) -> Pat
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    accelerator = make_accelerator(
+    accelerator = common.make_accelerator(
         args,
         step_scheduler_with_optimizer=False,  # one scheduler step per optimizer step, whatever the process count
         **({"dynamo_backend": "inductor"} if args.torch_compile else {}),
@@ -312,14 +247,14 @@ def main(argv: list[str] | None = None) -> None:
         min_lr=args.min_learning_rate,
     )  # fmt: skip
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    state = LoopState()
-    saved = resume(accelerator, args.checkpoint, state, sampler)
+    state = common.LoopState()
+    saved = common.resume(accelerator, args.checkpoint, state, sampler)
     if saved is not None:
         changed = {k: (saved.args.get(k), v) for k, v in vars(args).items() if k in RESUME_MUST_MATCH}
         changed = {k: pair for k, pair in changed.items() if pair[0] != pair[1]}
         if changed:
             logger.warning(f"Resuming with settings that differ from the checkpoint's (saved, now): {changed}")
-    init_trackers(accelerator, args, TRAINER)
+    common.init_trackers(accelerator, args, TRAINER)
 
     logger.info(
         f"Training to step {args.max_train_steps} from step {state.step}: {tokens_per_step:,} tokens per step "
@@ -333,35 +268,10 @@ def main(argv: list[str] | None = None) -> None:
     finish(args, accelerator, model, tokenizer, state, evaluate, val_ids, start_step, start_time, n_params)
 
 
-def make_evaluate(args, accelerator, tokenizer, train_ids, val_ids, state: LoopState):
-    """``evaluate(model, step) -> record``: nanoGPT's estimate of both splits' loss, a sample, logged to history."""
-
-    def evaluate(model, step: int) -> dict:
-        # The module without its DDP wrapper: DDP's forward would sync buffers with the other processes, which hangs
-        # whenever processes score different numbers of batches (the last full-split windows).
-        eval_model = accelerator.unwrap_model(model)
-        record = {
-            "step": step,
-            "train_loss": estimate_loss(eval_model, accelerator, train_ids, args, [args.seed, 2]),
-            "eval_loss": estimate_loss(eval_model, accelerator, val_ids, args, [args.seed, 3]),
-        }
-        state.history.append(record)
-        accelerator.print(f"step {step}: train loss {record['train_loss']:.4f}, val loss {record['eval_loss']:.4f}")
-        if args.sample_max_new_tokens > 0 and accelerator.is_main_process:
-            plain = accelerator.unwrap_model(model, keep_torch_compile=False)
-            text = sample_text(plain, tokenizer, args, args.sample_max_new_tokens)
-            accelerator.print(f"--- sample at step {step} ---\n{text}\n---")
-        if args.with_tracking:
-            accelerator.log({k: v for k, v in record.items() if k != "step"}, step=step)
-        return record
-
-    return evaluate
-
-
 def train_loop(args, accelerator, model, optimizer, scheduler, sampler, state, evaluate, tokens_per_step, tokenizer):
     """nanoGPT's loop: accumulate, clip, step; log the running loss, evaluate, checkpoint."""
     running_loss, running_n = 0.0, 0
-    stop = StopOnSignal()  # SIGTERM/SIGINT from here on: finish the update, checkpoint, exit
+    stop = common.StopOnSignal()  # SIGTERM/SIGINT from here on: finish the update, checkpoint, exit
     progress = tqdm(
         total=args.max_train_steps, initial=state.step, disable=not accelerator.is_local_main_process, desc="train",
         mininterval=0.1 if sys.stderr.isatty() else 30.0,  # a log file gets a line every 30 s, not every step
@@ -403,10 +313,11 @@ def train_loop(args, accelerator, model, optimizer, scheduler, sampler, state, e
             evaluate(model, state.step)
         extra = {"tokenizer": tokenizer_fingerprint(tokenizer)}
         if args.checkpointing_steps and (state.step % args.checkpointing_steps == 0 or last):
-            save(accelerator, args, state, TRAINER, data_state=sampler.state_dict(), extra=extra)
+            common.save(accelerator, args, state, TRAINER, data_state=sampler.state_dict(), extra=extra)
         if stop.requested(accelerator):
             stop.exit(
-                accelerator, save(accelerator, args, state, TRAINER, data_state=sampler.state_dict(), extra=extra)
+                accelerator,
+                common.save(accelerator, args, state, TRAINER, data_state=sampler.state_dict(), extra=extra),
             )
     progress.close()
 
@@ -433,7 +344,7 @@ def finish(args, accelerator, model, tokenizer, state, evaluate, val_ids, start_
         "num_processes": accelerator.num_processes,
     }
     unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
-    save_final(
+    common.save_final(
         accelerator, unwrapped, tokenizer, args.output_dir, results, state.history,
         curves=[["loss", "train_loss", "eval_loss"]],
         title=f"NanoGPT ({n_params / 1e6:.2f}M parameters), block {args.block_size}",
@@ -451,4 +362,4 @@ def finish(args, accelerator, model, tokenizer, state, evaluate, val_ids, start_
 
 
 if __name__ == "__main__":
-    run_cli(main, "train_lm.py")
+    common.run_cli(main, "train_lm.py")

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import Counter
-from itertools import chain, islice
 from pathlib import Path
 
 import torch
@@ -29,6 +27,7 @@ import torch.nn.functional as F
 from accelerate.logging import get_logger
 from accelerate.utils import set_seed
 from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration  # registers the Auto classes
+from nanoformer.training import common
 from nanoformer.training.arguments import (
     non_negative_int,
     parse_config_overrides,
@@ -36,48 +35,39 @@ from nanoformer.training.arguments import (
     positive_int,
     unit_interval,
 )
-from nanoformer.training.common import (
-    SCHEDULER_CHOICES,
-    CliParser,
-    LoopState,
-    StopOnSignal,
-    add_common_arguments,
-    check_common_arguments,
-    check_model_arguments,
-    export_and_push,
-    init_trackers,
-    make_accelerator,
-    resume,
-    run_cli,
-    save,
-    save_final,
-)
 from nanoformer.training.data import (
     DataSourceError,
-    PrefetchIterator,
-    TranslationBatchStream,
-    bucket_into_batches,
     describe_counters,
     malformed_count,
-    open_translation_source,
-    pad_batch,
-    read_pairs,
     reduce_counters,
     skipped_rows,
 )
-from nanoformer.training.mt_evaluation import ZH_SCRIPTS, evaluate_translation, zh_script_converter
+from nanoformer.training.mt_evaluation import ZH_SCRIPTS, make_evaluate, zh_script_converter
+from nanoformer.training.mt_setup import load_or_train_tokenizer, load_validation, open_train_source, training_batches
 from nanoformer.training.schedules import get_schedule
 from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 logger = get_logger(__name__)
 TRAINER = "train_mt"
+# The paper's recipe: defaults of the shared flags (training/common.py) for this trainer.
+RECIPE = {
+    "learning_rate": 5e-4,
+    "warmup_steps": 4000,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-9,
+    "eval_steps": 1000,
+    "logging_steps": 50,
+    "checkpointing_steps": 1000,
+    "per_device_eval_batch_size": 64,
+    "seed": 42,
+}
 DEFAULT_MAX_TRAIN_STEPS = 100_000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = CliParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_common_arguments(p, scheduler_choices=("noam", *SCHEDULER_CHOICES))
+    p = common.CliParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    common.add_common_arguments(p, scheduler_choices=("noam", *common.SCHEDULER_CHOICES))
     data = p.add_argument_group("data")
     data.add_argument("--dataset_name", default="wmt/wmt19", help="Hub dataset id, streamed (unless --train_file).")
     data.add_argument("--dataset_config_name", default="zh-en", help="Configuration of --dataset_name.")
@@ -166,20 +156,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Stop after this many evaluations without improvement of --early_stopping_metric.",
     )
     mt.add_argument("--early_stopping_metric", default="bleu", choices=("bleu", "loss"), help="Metric watched.")
-    p.set_defaults(
-        learning_rate=5e-4,
-        warmup_steps=4000,
-        adam_beta2=0.98,
-        adam_epsilon=1e-9,
-        eval_steps=1000,
-        logging_steps=50,
-        checkpointing_steps=1000,
-        per_device_eval_batch_size=64,
-        seed=42,
-    )
+    p.set_defaults(**RECIPE)
     args = p.parse_args(argv)
-    check_common_arguments(args, p, TRAINER)
-    config = check_model_arguments(args, p, TranslatorConfig)
+    common.check_common_arguments(args, p, TRAINER)
+    config = common.check_model_arguments(args, p, TranslatorConfig)
     smoothing = parse_config_overrides(args.config_overrides, config).get("label_smoothing", args.label_smoothing)
     if args.label_smoothing is not None and smoothing != args.label_smoothing:
         p.error("--label_smoothing and --config_overrides label_smoothing=... disagree; give one")
@@ -206,50 +186,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --------------------------------------------------------------------------------------------------------------------
 # Set-up: data, tokenizer, model, optimizer
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def open_train_source(args):
-    return open_translation_source(
-        data_file=args.train_file,
-        dataset_name=args.dataset_name,
-        dataset_config_name=args.dataset_config_name,
-        split="train",
-        source_lang=args.source_lang,
-        target_lang=args.target_lang,
-    )
-
-
-def load_or_train_tokenizer(args, accelerator, resuming: bool):
-    """--tokenizer_name, else the model's, else one trained on the first training pairs (saved in output_dir)."""
-    name = args.tokenizer_name or args.model_name_or_path
-    if name:
-        try:
-            return AutoTokenizer.from_pretrained(name, trust_remote_code=args.trust_remote_code)
-        except (OSError, ValueError) as error:
-            raise DataSourceError(
-                f"cannot load the tokenizer of {name}: {str(error).strip().splitlines()[0]}"
-            ) from None
-    saved = Path(args.output_dir) / "tokenizer"
-    if resuming and (saved / "tokenizer.json").is_file():
-        return AutoTokenizer.from_pretrained(saved)  # the tokenizer the checkpoint was trained with
-    if args.vocab_size is None:
-        raise DataSourceError("no tokenizer: pass --tokenizer_name (a saved tokenizer) or --vocab_size (train one)")
-    if accelerator.is_main_process:
-        from nanoformer.tokenization import train_bpe_tokenizer
-
-        dataset, parser = open_train_source(args)
-        to_script = zh_script_converter(args.zh_script)
-
-        def texts():
-            pairs = (p for p in map(parser, dataset) if not isinstance(p, str))
-            for source, target in islice(pairs, args.tokenizer_train_samples):
-                yield source
-                yield to_script(target) if to_script else target
-
-        logger.info(f"Training a BPE tokenizer (vocab {args.vocab_size}) on up to {args.tokenizer_train_samples} pairs")
-        train_bpe_tokenizer(texts(), vocab_size=args.vocab_size).save_pretrained(saved)
-    accelerator.wait_for_everyone()
-    return AutoTokenizer.from_pretrained(saved)
 
 
 def build_model(args, tokenizer):
@@ -286,78 +222,6 @@ def build_model(args, tokenizer):
     return model
 
 
-def load_validation(args, tokenizer, to_script) -> tuple[list[tuple[str, str]], list[dict[str, torch.Tensor]]]:
-    """Up to --max_eval_samples validation pairs (targets in the --zh_script) and their loss batches; ([], [])
-    when there is no validation set."""
-    if args.validation_file:
-        source = {"data_file": args.validation_file, "dataset_name": None}
-    elif not args.train_file:
-        source = {"data_file": None, "dataset_name": args.dataset_name}
-    else:
-        logger.warning("No validation data (pass --validation_file): no evaluation, no early stopping")
-        return [], []
-    dataset, parser = open_translation_source(
-        **source,
-        dataset_config_name=args.dataset_config_name,
-        split="validation" if args.validation_file else args.validation_split_name,
-        source_lang=args.source_lang,
-        target_lang=args.target_lang,
-        flag="--validation_file",
-    )
-    counters: Counter = Counter()
-    try:
-        pairs = read_pairs(dataset, parser, args.max_eval_samples, counters)
-    except Exception as error:
-        raise DataSourceError(f"cannot read validation data: {str(error).splitlines()[0]}") from error
-    if malformed_count({f"malformed: {k}": v for k, v in counters.items()}):
-        logger.warning(f"validation data: skipped malformed rows {dict(counters)}")
-    pairs = [(s, to_script(t) if to_script else t) for s, t in pairs]
-    if not pairs:
-        return [], []
-    enc = tokenizer([s for s, _ in pairs], text_target=[t for _, t in pairs])
-    ids = [(s[: args.max_source_length], t[: args.max_target_length]) for s, t in zip(enc["input_ids"], enc["labels"])]
-    batches = [pad_batch(b, tokenizer.pad_token_id) for b in bucket_into_batches(ids, args.max_tokens_per_batch)]
-    return pairs, batches
-
-
-def training_batches(args, accelerator, dataset, parser, tokenizer, to_script, state: LoopState, checkpoint):
-    """The resumable batch stream of this process, restored from `checkpoint`, read ahead in a thread.
-
-    Returns the prefetching iterator (for its wait time and `close`) and an iterator of ``(batch, stream state)``
-    starting with the first batch: a source that fails on first read (offline Hub...) is a one-line error here.
-    """
-    if args.max_train_samples:
-        dataset = dataset.take(args.max_train_samples)  # rows of the file or Hub split (malformed ones included)
-    if accelerator.num_processes > 1:
-        from datasets.distributed import split_dataset_by_node
-
-        dataset = split_dataset_by_node(dataset, rank=accelerator.process_index, world_size=accelerator.num_processes)
-    stream = TranslationBatchStream(
-        dataset,
-        parser,
-        tokenizer,
-        max_tokens=args.max_tokens_per_batch,
-        max_source_length=args.max_source_length,
-        max_target_length=args.max_target_length,
-        overlong=args.overlong_pairs,
-        shuffle_buffer_size=args.shuffle_buffer_size,
-        seed=args.seed + accelerator.process_index,
-        target_transform=to_script,
-    )
-    saved = resume(accelerator, checkpoint, state, stream)
-    prefetch = PrefetchIterator(iter(stream))
-    try:
-        first = next(prefetch)
-    except DataSourceError:
-        raise
-    except Exception as error:
-        raise DataSourceError(
-            f"cannot read training data from {args.train_file or args.dataset_name}: "
-            f"{str(error).splitlines()[0] if str(error) else type(error).__name__} — pass local files with --train_file"
-        ) from error
-    return prefetch, chain([first], prefetch), saved
-
-
 def make_optimizer(args, model):
     """Adam(W) with the paper's betas/epsilon, and the Noam or cosine schedule (stepped by hand once per update)."""
     adam = torch.optim.AdamW if args.weight_decay > 0 else torch.optim.Adam
@@ -375,36 +239,6 @@ def make_optimizer(args, model):
     return optimizer, scheduler
 
 
-def make_evaluate(args, accelerator, tokenizer, pairs, batches, state: LoopState):
-    """``evaluate(model, step, counters=None, with_bleu=True) -> results``: validation loss (and BLEU), logged to the
-    console, the trackers and ``state.history``."""
-
-    def evaluate(model, step: int, counters=None, with_bleu: bool = True) -> dict:
-        results = evaluate_translation(
-            accelerator, accelerator.unwrap_model(model), tokenizer, pairs, batches, with_bleu=with_bleu,
-            num_beams=args.num_beams, batch_size=args.per_device_eval_batch_size,
-            max_source_length=args.max_source_length, max_target_length=args.max_target_length,
-            num_samples=args.num_sample_translations,
-        )  # fmt: skip
-        counters = reduce_counters(accelerator, counters or {})
-        record = {"step": step, **{k: v for k, v in results.items() if isinstance(v, float | int)}}
-        record["skipped_rows"] = skipped_rows(counters)
-        state.history.append(record)
-        msg = f"eval step {step}: loss {results['eval_loss']:.4f} ppl {results['eval_ppl']:.2f}"
-        if "eval_bleu" in results:
-            msg += f" BLEU {results['eval_bleu']:.2f} ({results['bleu_signature']}, {len(pairs)} pairs)"
-        logger.info(f"{msg}; data: {describe_counters(counters)}")
-        if "attn_logit_max_per_layer" in results:
-            logger.info(f"attention logit max |QK^T/sqrt(d)| per module: {results['attn_logit_max_per_layer']}")
-        for sample in results.get("samples", []):
-            logger.info(f"  src: {sample['source']}\n  ref: {sample['reference']}\n  hyp: {sample['hypothesis']}")
-        if args.with_tracking:
-            accelerator.log({f"eval/{k}": v for k, v in record.items() if k != "step"}, step=step)
-        return results
-
-    return evaluate
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------------------------
@@ -412,7 +246,7 @@ def make_evaluate(args, accelerator, tokenizer, pairs, batches, state: LoopState
 
 def train(args: argparse.Namespace) -> dict:
     run_start = time.perf_counter()
-    accelerator = make_accelerator(args)
+    accelerator = common.make_accelerator(args)
     set_seed(args.seed)
     to_script = zh_script_converter(args.zh_script)
     dataset, parser = open_train_source(args)  # first, so a missing file or unreachable Hub fails before anything else
@@ -430,11 +264,11 @@ def train(args: argparse.Namespace) -> dict:
     # process); registering it puts it in every checkpoint.
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)
-    state = LoopState()
+    state = common.LoopState()
     prefetch, batches, saved = training_batches(
         args, accelerator, dataset, parser, tokenizer, to_script, state, args.checkpoint
     )
-    init_trackers(accelerator, args, TRAINER)
+    common.init_trackers(accelerator, args, TRAINER)
     evaluate = make_evaluate(args, accelerator, tokenizer, eval_pairs, eval_batches, state) if eval_pairs else None
     if saved is None and evaluate is not None:
         evaluate(model, 0, with_bleu=False)
@@ -451,7 +285,7 @@ def train(args: argparse.Namespace) -> dict:
 
 def train_loop(args, accelerator, model, optimizer, scheduler, prefetch, batches, state, evaluate, data_state, t0):
     """nanoGPT's loop: accumulate, clip, step; log, evaluate, checkpoint. Returns (stop reason, last eval, data)."""
-    stop = StopOnSignal()  # SIGTERM/SIGINT from here on: finish the update, checkpoint, exit
+    stop = common.StopOnSignal()  # SIGTERM/SIGINT from here on: finish the update, checkpoint, exit
     progress = tqdm(total=args.max_train_steps, initial=state.step, disable=not accelerator.is_local_main_process,
                     desc="train", dynamic_ncols=True)  # fmt: skip
     model.train()
@@ -505,14 +339,14 @@ def train_loop(args, accelerator, model, optimizer, scheduler, prefetch, batches
                 logger.info(f"Early stopping at step {state.step}: {key} has not improved for {state.bad_evals} evals")
                 stop_reason, last = "early_stopping", True
         if state.step % args.checkpointing_steps == 0 or last:
-            save(accelerator, args, state, TRAINER, data_state=data_state, runtime=time.perf_counter() - t0)
+            common.save(accelerator, args, state, TRAINER, data_state=data_state, runtime=time.perf_counter() - t0)
         if last:
             break
         if stop.requested(accelerator):
             prefetch.close()
             stop.exit(
                 accelerator,
-                save(accelerator, args, state, TRAINER, data_state=data_state, runtime=time.perf_counter() - t0),
+                common.save(accelerator, args, state, TRAINER, data_state=data_state, runtime=time.perf_counter() - t0),
             )
     progress.close()
     return stop_reason, last_results, data_state
@@ -554,7 +388,7 @@ def accumulate_gradients(accelerator, model, batches: list[dict], args) -> tuple
     return share, local_tokens
 
 
-def log_train(args, accelerator, state: LoopState, scheduler, interval: dict, progress) -> None:
+def log_train(args, accelerator, state: common.LoopState, scheduler, interval: dict, progress) -> None:
     """Mean training loss (over processes), lr and target tokens/s of the last logging interval."""
     stats = accelerator.reduce(
         torch.tensor([interval["loss"] / interval["n"], interval["tokens"]], device=accelerator.device), reduction="sum"
@@ -610,7 +444,7 @@ def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_s
         "train_target_tokens": tokens,
         "train_tokens_per_second": tokens / max(state.train_seconds, 1e-9),
     }
-    save_final(accelerator, unwrapped, tokenizer, args.output_dir, results, state.history,
+    common.save_final(accelerator, unwrapped, tokenizer, args.output_dir, results, state.history,
                curves=[["loss", "eval_loss"], "eval_bleu"],
                title=f"{type(unwrapped).__name__} {args.source_lang}→{args.target_lang}")  # fmt: skip
     logger.info(
@@ -624,7 +458,9 @@ def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_s
     accelerator.wait_for_everyone()
     if args.push_to_hub and accelerator.is_main_process:  # after the last barrier: a failed upload hangs no one
         metrics = {k: results[k] for k in ("eval_bleu", "eval_loss") if results.get(k) is not None}
-        export_and_push(unwrapped, tokenizer, args, metrics=metrics, sacrebleu_signature=results.get("bleu_signature"))
+        common.export_and_push(
+            unwrapped, tokenizer, args, metrics=metrics, sacrebleu_signature=results.get("bleu_signature")
+        )
     return results
 
 
@@ -633,4 +469,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_cli(main, "train_mt.py")
+    common.run_cli(main, "train_mt.py")
