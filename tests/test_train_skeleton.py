@@ -210,6 +210,8 @@ MT_ERRORS = {
     "missing tokenizer": (["--tokenizer_name", "/no/such/tokenizer"], ["--tokenizer_name", "not found"]),
     "missing model": (["--model_name_or_path", "./no/such/model"], ["--model_name_or_path", "not found"]),
     "missing resume path": (["--resume_from_checkpoint", "/no/such/step_5"], ["--resume_from_checkpoint"]),
+    "missing validation file": (["--validation_file", "/no/valid.jsonl"], ["--validation_file", "not found"]),
+    "unsupported train file": (["--train_file", REPO / "README.md"], ["--train_file", "unsupported file type"]),
     "unknown tracker": (["--with_tracking", "--report_to", "nonsense"], ["--report_to", "nonsense"]),
 }
 
@@ -354,6 +356,9 @@ def test_output_dir_holding_a_run_is_refused_unless_overwritten_or_resumed(lm_ch
     assert result.returncode == 0, result.stderr[-3000:]
     assert not list(out.glob("step_*"))  # the old run's checkpoints are gone: a later `latest` cannot pick them
     assert read_json(out / "all_results.json")["step"] == 1 and (out / "notes.txt").read_text() == "mine"
+    # `latest` over a finished run without checkpoints would silently start a new run there.
+    result = run(TRAIN_LM, *lm_args(shared_data, out), "--resume_from_checkpoint", "latest")
+    one_line_error(result, "no checkpoint to continue from")
 
 
 # --------------------------------------------------------------------------------------------------------------------

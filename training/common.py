@@ -218,6 +218,11 @@ def check_common_arguments(args: argparse.Namespace, parser: argparse.ArgumentPa
         args.checkpoint = resolve_checkpoint(args.resume_from_checkpoint, out)
     except ValueError as err:
         parser.error(str(err))
+    if args.resume_from_checkpoint and args.checkpoint is None and holds_run(out):
+        parser.error(
+            f"--resume_from_checkpoint latest: {out} holds a run but no checkpoint to continue from; "
+            "pass --overwrite_output_dir to start clean, or another --output_dir"
+        )
     if args.checkpoint is not None:
         saved_by = read_meta(args.checkpoint).get("extra", {}).get("trainer", trainer)
         if saved_by != trainer:
@@ -332,6 +337,14 @@ class LoopState:
             if f.name in state:
                 setattr(self, f.name, state[f.name])
 
+    @staticmethod
+    def from_legacy_extra(extra: dict[str, Any]) -> dict[str, Any]:
+        """The loop state of a checkpoint written before LoopState existed (an untyped ``extra`` dict)."""
+        best = extra.get("best") or {}
+        renamed = {"step_seconds": "train_seconds", "target_tokens": "train_tokens", "train_runtime": "runtime_before"}
+        state = {renamed.get(k, k): v for k, v in extra.items() if renamed.get(k, k) in LoopState.__dataclass_fields__}
+        return {**state, "best_metric": best.get("value"), "best_step": best.get("step")}
+
     def record_eval(self, value: float, higher_is_better: bool) -> bool:
         """Update the best score with an evaluation at the current step; returns whether it improved."""
         better = self.best_metric is None or (
@@ -384,7 +397,7 @@ def resume(accelerator: Accelerator, checkpoint: Path | None, state: LoopState, 
         raise UsageError(
             f"--resume_from_checkpoint {checkpoint}: does not fit this model/optimizer: {detail or _first_line(error)}"
         ) from error
-    state.load_state_dict(saved.extra.get("loop_state", {}))
+    state.load_state_dict(saved.extra.get("loop_state") or LoopState.from_legacy_extra(saved.extra))
     state.step = saved.step
     if data is not None and saved.data_state is not None:
         data.load_state_dict(saved.data_state)

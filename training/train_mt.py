@@ -42,6 +42,7 @@ from nanoformer.training.data import (
     reduce_counters,
     skipped_rows,
 )
+from nanoformer.training.data.source import LOCAL_SUFFIXES
 from nanoformer.training.mt_evaluation import ZH_SCRIPTS, make_evaluate, zh_script_converter
 from nanoformer.training.mt_setup import load_or_train_tokenizer, load_validation, open_train_source, training_batches
 from nanoformer.training.schedules import get_schedule
@@ -159,6 +160,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.set_defaults(**RECIPE)
     args = p.parse_args(argv)
     common.check_common_arguments(args, p, TRAINER)
+    for flag in ("train_file", "validation_file"):  # before a tokenizer is trained on the first million pairs
+        path = getattr(args, flag)
+        if path and not Path(path).is_file():
+            p.error(f"--{flag} {path}: file not found")
+        if path and Path(path).suffix.lower() not in LOCAL_SUFFIXES:
+            p.error(f"--{flag} {path}: unsupported file type {Path(path).suffix!r} (use .jsonl, .tsv or .csv)")
     config = common.check_model_arguments(args, p, TranslatorConfig)
     smoothing = parse_config_overrides(args.config_overrides, config).get("label_smoothing", args.label_smoothing)
     if args.label_smoothing is not None and smoothing != args.label_smoothing:
