@@ -160,6 +160,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.set_defaults(**RECIPE)
     args = p.parse_args(argv)
     common.check_common_arguments(args, p, TRAINER)
+    check_arguments(args, p)
+    return args
+
+
+def check_arguments(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """This trainer's own checks, at parse time: data files, model and tokenizer, lengths, schedule and epochs."""
     for flag in ("train_file", "validation_file"):  # before a tokenizer is trained on the first million pairs
         path = getattr(args, flag)
         if path and not Path(path).is_file():
@@ -187,7 +193,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--num_train_epochs: the translator trainer counts whole passes over its stream; give an integer")
     if not args.max_train_steps:
         args.max_train_steps = 10**9 if args.num_train_epochs else DEFAULT_MAX_TRAIN_STEPS
-    return args
 
 
 # --------------------------------------------------------------------------------------------------------------------
