@@ -354,3 +354,17 @@ def test_loop_state_round_trips_and_reads_legacy_checkpoints():
     old.load_state_dict(LoopState.from_legacy_extra(legacy))
     assert (old.history, old.best_metric, old.best_step, old.bad_evals) == ([{"step": 1}], 3.5, 4, 2)
     assert (old.train_seconds, old.train_tokens, old.runtime_before) == (1.5, 10, 9.0)
+
+
+def test_config_overrides_take_json_values_and_objects():
+    from nanoformer.modeling import NanoGPTConfig
+
+    rope = '{"rope_type": "dynamic", "factor": 2.0}'
+    parsed = parse_config_overrides(f"n_layer=2,rope_parameters={rope},position_embedding_type=rope", NanoGPTConfig)
+    assert parsed == {"n_layer": 2, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0},
+                      "position_embedding_type": "rope"}  # fmt: skip
+    assert parse_config_overrides('{"n_layer": 3, "dropout": 0}', NanoGPTConfig) == {"n_layer": 3, "dropout": 0}
+    for bad, message in (("rope_parameters={oops", "not valid JSON"), ('{"n_layer": "x"}', "must be of type int"),
+                         ('{"n_layers": 1}', "unknown key")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            parse_config_overrides(bad, NanoGPTConfig)

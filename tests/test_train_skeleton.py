@@ -307,6 +307,16 @@ def export_for_hub_cli(folder: Path, out: Path) -> Path:
     return out
 
 
+def test_config_overrides_json_values_reach_the_saved_config(shared_data, tmp_path):
+    args = lm_args(shared_data, tmp_path, steps=1)
+    rope = 'rope_parameters={"rope_type": "dynamic", "factor": 2.0}'
+    args[args.index("--config_overrides") + 1] = f"{TINY_LM},position_embedding_type=rope,{rope}"
+    result = run(TRAIN_LM, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = read_json(tmp_path / "config.json")
+    assert config["rope_parameters"]["rope_type"] == "dynamic" and config["rope_parameters"]["factor"] == 2.0
+
+
 def test_train_lm_continues_from_its_output_and_from_a_hub_export(lm_checkpoint, shared_data, tmp_path):
     source = lm_checkpoint.parent
     for start in (source, export_for_hub_cli(source, tmp_path / "export")):
