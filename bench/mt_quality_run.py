@@ -51,6 +51,32 @@ MARIAN_RECIPE = ["--max_tokens_per_batch", "4096", "--warmup_steps", "400", "--n
 OURS_RECIPE = MARIAN_RECIPE
 
 
+def save_marian_reference(tokenizer, folder: Path, seed: int) -> Path:
+    """A fresh same-size MarianMTModel saved to `folder`, trained by train_mt.py via --model_name_or_path.
+
+    The paper's architecture in Marian's terms: one shared, scaled embedding, ReLU, post-LN (Marian's only); the
+    translator's generation settings (beam 4, forced </s>).
+    """
+    import torch
+    from nanoformer.training.arguments import parse_config_overrides
+    from transformers import MarianConfig, MarianMTModel
+
+    base = {
+        "vocab_size": len(tokenizer), "decoder_vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+        "decoder_start_token_id": tokenizer.bos_token_id, "forced_eos_token_id": tokenizer.eos_token_id,
+        "share_encoder_decoder_embeddings": True, "scale_embedding": True, "activation_function": "relu",
+    }  # fmt: skip
+    torch.manual_seed(seed)
+    model = MarianMTModel(MarianConfig(**{**base, **parse_config_overrides(SIZE, MarianConfig(**base))}))
+    model.generation_config.update(
+        num_beams=4, bad_words_ids=None, max_length=None, decoder_start_token_id=tokenizer.bos_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    model.save_pretrained(folder)
+    return folder
+
+
 def run(cmd: list[str], log: Path, env: dict) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
@@ -83,12 +109,12 @@ def main() -> None:
     py = sys.executable
     tok_dir = out / "tokenizer"
     runs = {
-        "ours": ["--model_type", "translator", "--config_overrides", SIZE, *OURS_RECIPE, *args.ours_extra.split()],
+        "ours": ["--config_overrides", SIZE, *OURS_RECIPE, *args.ours_extra.split()],
         "ours_preln": [
-            "--model_type", "translator", "--config_overrides", SIZE + ",norm_first=true", *OURS_RECIPE,
+            "--config_overrides", SIZE + ",norm_first=true", *OURS_RECIPE,
             *args.ours_extra.split(),
         ],
-        "marian": ["--model_type", "marian", "--config_overrides", SIZE, *MARIAN_RECIPE],
+        "marian": ["--model_name_or_path", str(out / "marian_init"), *MARIAN_RECIPE],
     }  # fmt: skip
     runs = {name: runs[name] for name in args.runs.split(",")}
 
@@ -103,8 +129,11 @@ def main() -> None:
                 yield target
 
         start = time.perf_counter()
-        train_bpe_tokenizer(texts(), vocab_size=8000).save_pretrained(tok_dir)
+        tokenizer = train_bpe_tokenizer(texts(), vocab_size=8000)
+        tokenizer.save_pretrained(tok_dir)
         print(f"tokenizer: {time.perf_counter() - start:.1f}s", flush=True)
+        if "marian" in runs:
+            save_marian_reference(tokenizer, out / "marian_init", args.seed)
         procs = {}
         for name, flags in runs.items():
             cmd = [
@@ -112,6 +141,7 @@ def main() -> None:
                 "--validation_file", str(valid_file), "--tokenizer_name", str(tok_dir), *COMMON, *flags, "--max_train_minutes", str(args.minutes), "--eval_steps", "1000000",
                 "--checkpointing_steps", "1000000", "--max_eval_samples", "100", "--num_beams", "1",
                 "--logging_steps", "20", "--seed", str(args.seed), "--output_dir", str(out / name),
+                "--overwrite_output_dir",
             ]  # fmt: skip
             print(" ".join(cmd), flush=True)
             procs[name] = run(cmd, out / f"{name}.train.log", env)

@@ -7,6 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
+from nanoformer.training.arguments import CliParser, cli_status
+
 
 def _metric(text: str) -> tuple[str, float]:
     name, sep, value = text.partition("=")
@@ -46,7 +48,7 @@ def _push(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nanoformer.hub", description=__doc__)
+    parser = CliParser(prog="python -m nanoformer.hub", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     export = sub.add_parser("export", help="write a trained checkpoint as a self-contained Hub model repo")
@@ -72,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for flag in ("checkpoint", "tokenizer", "folder"):
+        path = getattr(args, flag, None)
+        if path is not None and not path.is_dir():
+            parser.error(f"{flag} {path}: folder not found")
     from .push import HubPushError
 
-    try:
-        args.run(args)
-    except (HubPushError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
+    # One line and exit status 2 for a bad folder, an existing export, a failed upload.
+    return cli_status(lambda: args.run(args), parser.prog, errors=(HubPushError, OSError, ValueError))
 
 
 if __name__ == "__main__":

@@ -438,8 +438,8 @@ def test_push_offline_fails_with_one_line_cli_error(exports):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_unused"}
     done = subprocess.run([sys.executable, "-m", "nanoformer.hub", "push", str(exports["lm"]), f"{USER}/x"],
                           env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "HF_HUB_OFFLINE" in errors[0]
     assert "Traceback" not in done.stderr
 
@@ -455,7 +455,7 @@ def test_push_without_token_fails_before_any_request(exports, monkeypatch, tmp_p
     monkeypatch.setattr(HfApi, "create_repo", lambda *a, **k: pytest.fail("a request was attempted"))
     with pytest.raises(HubPushError, match="no Hugging Face token"):
         push_to_hub(exports["lm"], f"{USER}/x")
-    assert main(["push", str(exports["lm"]), f"{USER}/x"]) == 1
+    assert main(["push", str(exports["lm"]), f"{USER}/x"]) == 2
     assert "error: cannot push" in capsys.readouterr().err
 
 

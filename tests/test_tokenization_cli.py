@@ -53,7 +53,7 @@ def test_cli_counts_and_logs_malformed_rows(shared_data, tmp_path, caplog):
     lines[10:10] = ["{not json", "", '{"translation": {"en": "only English"}}', "[1, 2]"]
     train_file = tmp_path / "bad.jsonl"
     train_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with caplog.at_level(logging.INFO, logger="nanoformer.tokenization"):
+    with caplog.at_level(logging.INFO, logger="nanoformer.tokenization"), pytest.raises(SystemExit):
         main(["train", "--train_file", str(train_file), "--vocab_size", "1000", "--output_dir", str(tmp_path / "tok")])
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("4000 rows, 4 skipped" in message for message in warnings), caplog.text
@@ -65,19 +65,23 @@ def test_cli_too_small_corpus_fails_clearly(tmp_path, capsys):
     train_file.write_text("hello world\n你好\n", encoding="utf-8")
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--train_file", str(train_file), "--vocab_size", "1000", "--output_dir", str(tmp_path / "t")])
-    assert "only supports" in str(exit_info.value.code) and "lower vocab_size" in str(exit_info.value.code)
+    error = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # tqdm also writes here
+    assert exit_info.value.code == 2 and len(error) == 1
+    assert "only supports" in error[0] and "lower vocab_size" in error[0]
 
 
-def test_cli_hub_dataset_offline_suggests_train_file(tmp_path):
+def test_cli_hub_dataset_offline_suggests_train_file(tmp_path, capsys):
     # conftest sets HF_HUB_OFFLINE=1 before huggingface_hub is imported, so the Hub is unreachable here.
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--dataset_name", "wmt/wmt19", "--dataset_config_name", "zh-en", "--output_dir", str(tmp_path)])
-    assert "--train_file" in str(exit_info.value.code)
+    assert exit_info.value.code == 2 and "--train_file" in capsys.readouterr().err
 
 
 def test_cli_char_builds_the_shakespeare_tokenizer(shared_data, tmp_path):
     text_file = shared_data / "tinyshakespeare" / "input.txt"
-    main(["char", "--train_file", str(text_file), "--output_dir", str(tmp_path / "char")])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["char", "--train_file", str(text_file), "--output_dir", str(tmp_path / "char")])
+    assert exit_info.value.code == 0
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "char")
     assert len(tokenizer) == 67
     assert tokenizer.decode(tokenizer("First Citizen:\n\n  Speak.")["input_ids"]) == "First Citizen:\n\n  Speak."

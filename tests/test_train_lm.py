@@ -96,7 +96,7 @@ def test_loss_goes_down(lm_run):
     assert results["eval_loss_full"] < initial - 0.8
     assert results["train_loss"] < initial - 0.8
     assert results["train_tokens_per_second"] > 0 and results["train_runtime"] > 0
-    assert (lm_run / "loss_curve.png").stat().st_size > 1000
+    assert (lm_run / "training_curves.png").stat().st_size > 1000
 
 
 def test_output_folder_loads_with_auto_classes_and_samples(lm_run):
@@ -228,7 +228,7 @@ def test_export_and_push_sends_a_loadable_export(lm_run, monkeypatch):
     import argparse
 
     import nanoformer.hub
-    from nanoformer.training.train_lm import export_and_push
+    from nanoformer.training.train_lm import push_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     pushed = []
@@ -240,11 +240,11 @@ def test_export_and_push_sends_a_loadable_export(lm_run, monkeypatch):
         | {"push_to_hub": True, "hub_model_id": "me/tiny-shakespeare"}
     )
     results = json.loads((lm_run / "all_results.json").read_text())
-    folder = export_and_push(model, tokenizer, args, results)
+    folder = push_model(model, tokenizer, args, results)
     assert pushed == [(folder, "me/tiny-shakespeare")]
     card = (folder / "README.md").read_text()
     assert f"{results['eval_loss_full']:.3f}"[:4] in card and "me/tiny-shakespeare" in card
-    assert (folder / "figures" / "loss_curve.png").is_file()
+    assert (folder / "figures" / "training_curves.png").is_file()
     reloaded = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
     ids = tokenizer("ROMEO:", return_tensors="pt").input_ids
     assert torch.allclose(reloaded(ids).logits, model(ids).logits)

@@ -337,3 +337,34 @@ def test_dataset_name_reads_the_text_column(tmp_path):
     assert text == "first line\nsecond line\n\nlast\n"
     with pytest.raises(ValueError, match="no column 'content'"):
         list(read_text_chunks(dataset_name=str(folder), text_column="content"))
+
+
+def test_loop_state_round_trips_and_reads_legacy_checkpoints():
+    from nanoformer.training.common import LoopState
+
+    state = LoopState(step=7, history=[{"step": 5, "loss": 1.0}], train_tokens=99)
+    assert state.record_eval(0.5, higher_is_better=False) and not state.record_eval(0.6, higher_is_better=False)
+    restored = LoopState()
+    restored.load_state_dict(json.loads(json.dumps(state.state_dict())))  # what a checkpoint stores
+    assert restored == state and (restored.best_metric, restored.best_step, restored.bad_evals) == (0.5, 7, 1)
+
+    legacy = {"history": [{"step": 1}], "best": {"step": 4, "metric": "eval_bleu", "value": 3.5}, "bad_evals": 2,
+              "step_seconds": 1.5, "target_tokens": 10, "train_runtime": 9.0, "tokenizer": "abc"}  # fmt: skip
+    old = LoopState()
+    old.load_state_dict(LoopState.from_legacy_extra(legacy))
+    assert (old.history, old.best_metric, old.best_step, old.bad_evals) == ([{"step": 1}], 3.5, 4, 2)
+    assert (old.train_seconds, old.train_tokens, old.runtime_before) == (1.5, 10, 9.0)
+
+
+def test_config_overrides_take_json_values_and_objects():
+    from nanoformer.modeling import NanoGPTConfig
+
+    rope = '{"rope_type": "dynamic", "factor": 2.0}'
+    parsed = parse_config_overrides(f"n_layer=2,rope_parameters={rope},position_embedding_type=rope", NanoGPTConfig)
+    assert parsed == {"n_layer": 2, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0},
+                      "position_embedding_type": "rope"}  # fmt: skip
+    assert parse_config_overrides('{"n_layer": 3, "dropout": 0}', NanoGPTConfig) == {"n_layer": 3, "dropout": 0}
+    for bad, message in (("rope_parameters={oops", "not valid JSON"), ('{"n_layer": "x"}', "must be of type int"),
+                         ('{"n_layers": 1}', "unknown key")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            parse_config_overrides(bad, NanoGPTConfig)

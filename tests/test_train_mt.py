@@ -106,6 +106,7 @@ def test_output_folder_complete_and_loadable(trained):
         assert key in results, key
     assert results["step"] == 40 and results["train_tokens_per_second"] > 0
     assert "tok:zh" in results["bleu_signature"]
+    assert read_json(trained / "config.json")["label_smoothing"] == 0.1  # what the model was trained with
 
     model = AutoModelForSeq2SeqLM.from_pretrained(trained)
     tokenizer = AutoTokenizer.from_pretrained(trained)
@@ -140,8 +141,8 @@ def test_resume_from_checkpoint_continues_exactly(trained, bpe_tokenizer_dir, da
     # Model, optimizer, scheduler, RNG and data position restored: the same batches and dropout masks follow, so
     # steps 21-40 reproduce the uninterrupted run.
     assert resumed["eval_loss"] == pytest.approx(original["eval_loss"], rel=1e-4)
-    train_log = {r["step"]: r["train_loss"] for r in read_json(trained / "log_history.json") if "train_loss" in r}
-    resumed_log = {r["step"]: r["train_loss"] for r in read_json(tmp_path / "log_history.json") if "train_loss" in r}
+    train_log = {r["step"]: r["loss"] for r in read_json(trained / "log_history.json") if "loss" in r}
+    resumed_log = {r["step"]: r["loss"] for r in read_json(tmp_path / "log_history.json") if "loss" in r}
     assert resumed_log[10] == train_log[10]  # history carried over from the checkpoint
     assert resumed_log[30] == pytest.approx(train_log[30], rel=1e-4)
     assert resumed_log[40] == pytest.approx(train_log[40], rel=1e-4)
@@ -197,7 +198,8 @@ def test_missing_file_fails_clearly(bpe_tokenizer_dir, tmp_path):
            "--output_dir", str(tmp_path / "out")]  # fmt: skip
     result = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == [f"error: --train_file {missing}: file not found"]
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"train_mt.py: error: --train_file {missing}: file not found"]
 
 
 def test_unreachable_hub_suggests_train_file(bpe_tokenizer_dir, tmp_path):

@@ -5,7 +5,7 @@ from itertools import islice
 
 import pytest
 import torch
-from nanoformer.training.mt_data import (
+from nanoformer.training.data import (
     DataSourceError,
     TranslationBatchStream,
     bucket_into_batches,

@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
-import sys
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from nanoformer.training.arguments import CliParser, positive_int, run_cli
 from tqdm.auto import tqdm
 
 from .bpe import train_bpe_tokenizer
@@ -31,6 +32,7 @@ from .corpus import (
     JSON_SUFFIXES,
     CorpusStats,
     read_hub_translation_pairs,
+    read_text,
     read_text_lines,
     read_translation_pairs,
 )
@@ -39,7 +41,7 @@ logger = logging.getLogger("nanoformer.tokenization")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m nanoformer.tokenization", description=__doc__.split("\n")[0])
+    parser = CliParser(prog="python -m nanoformer.tokenization", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train the shared byte-level BPE on both sides of a parallel corpus")
@@ -50,16 +52,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--dataset_split", default="train")
     train.add_argument("--source_lang", default="en")
     train.add_argument("--target_lang", default="zh")
-    train.add_argument("--vocab_size", type=int, default=37000, help="exact size, 4 specials included (default: 37000)")
-    train.add_argument("--max_train_samples", type=int, help="read at most this many pairs (or lines)")
-    train.add_argument("--model_max_length", type=int, default=1024, help="length truncation=True cuts to")
+    train.add_argument("--vocab_size", type=positive_int, default=37000, help="exact size, 4 specials included (default: 37000)")
+    train.add_argument("--max_train_samples", type=positive_int, help="read at most this many pairs (or lines)")
+    train.add_argument("--model_max_length", type=positive_int, default=1024, help="length truncation=True cuts to")
     train.add_argument("--output_dir", required=True)
 
     char = commands.add_parser("char", help="build a character tokenizer from a text file (one id per character)")
     char.add_argument("--train_file", required=True)
-    char.add_argument("--model_max_length", type=int, default=1024, help="the model's block size")
+    char.add_argument("--model_max_length", type=positive_int, default=1024, help="the model's block size")
     char.add_argument("--output_dir", required=True)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    out = Path(args.output_dir).resolve()
+    probe = next((d for d in [out, *out.parents] if d.exists()), None)
+    if probe is not None and (not probe.is_dir() or not os.access(probe, os.W_OK)):  # before any training
+        parser.error(f"--output_dir {args.output_dir}: {probe} is not a writable folder")
+    return args
 
 
 def _training_texts(args: argparse.Namespace, stats: CorpusStats) -> Iterator[str]:
@@ -88,29 +95,32 @@ def _training_texts(args: argparse.Namespace, stats: CorpusStats) -> Iterator[st
         yield from row
 
 
+def run(args: argparse.Namespace) -> None:
+    if args.command == "train":
+        stats = CorpusStats()
+        texts = _training_texts(args, stats)
+        start = time.perf_counter()
+        tokenizer = train_bpe_tokenizer(texts, args.vocab_size, model_max_length=args.model_max_length)
+        elapsed = time.perf_counter() - start
+        # Malformed rows are skipped, never silently: the count (by reason) is a warning.
+        logger.log(logging.WARNING if stats.num_skipped else logging.INFO, "read %s", stats)
+        logger.info("trained a %d-token BPE in %.1fs", len(tokenizer), elapsed)
+    else:
+        stats = CorpusStats()
+        text = read_text(args.train_file, stats=stats)
+        if stats.num_skipped:
+            logger.warning("skipped %d lines that are not valid UTF-8", stats.num_skipped)
+        tokenizer = build_char_tokenizer(text, model_max_length=args.model_max_length)
+        logger.info("built a character tokenizer: %d characters + 2 specials", len(tokenizer) - 2)
+    tokenizer.save_pretrained(args.output_dir)
+    logger.info("saved to %s", args.output_dir)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        if args.command == "train":
-            stats = CorpusStats()
-            texts = _training_texts(args, stats)
-            start = time.perf_counter()
-            tokenizer = train_bpe_tokenizer(texts, args.vocab_size, model_max_length=args.model_max_length)
-            elapsed = time.perf_counter() - start
-            # Malformed rows are skipped, never silently: the count (by reason) is a warning.
-            logger.log(logging.WARNING if stats.num_skipped else logging.INFO, "read %s", stats)
-            logger.info("trained a %d-token BPE in %.1fs", len(tokenizer), elapsed)
-        else:
-            path = Path(args.train_file)
-            if not path.is_file():
-                raise FileNotFoundError(f"training file not found: {path}")
-            tokenizer = build_char_tokenizer(path.read_text(encoding="utf-8"), model_max_length=args.model_max_length)
-            logger.info("built a character tokenizer: %d characters + 2 specials", len(tokenizer) - 2)
-    except (FileNotFoundError, ValueError, ConnectionError) as error:
-        sys.exit(f"error: {error}")
-    tokenizer.save_pretrained(args.output_dir)
-    logger.info("saved to %s", args.output_dir)
+    # One line and exit status 2 for a missing file, a corpus too small for the vocabulary, an unreachable Hub.
+    run_cli(lambda: run(args), "python -m nanoformer.tokenization", errors=(FileNotFoundError, ValueError, ConnectionError))
 
 
 if __name__ == "__main__":

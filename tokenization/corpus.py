@@ -23,9 +23,14 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 JSON_SUFFIXES = (".jsonl", ".json")
 DELIMITED_SUFFIXES = {".tsv": "\t", ".csv": ","}
+# Files are decoded with errors="replace": a line holding invalid UTF-8 then holds U+FFFD and is skipped and counted
+# (instead of one bad byte aborting the read). Text that legitimately contains U+FFFD is skipped too.
+ENCODING_ERRORS = "replace"
+INVALID_UTF8 = "lines that are not valid UTF-8"
 
 
 @dataclass
@@ -71,6 +76,73 @@ def pair_from_row(row: object, source_lang: str, target_lang: str) -> tuple[str,
     return source, target
 
 
+def _cells(line: str, delimiter: str) -> list[str]:
+    # QUOTE_NONE for TSV: sentences may contain quotes; CSV keeps standard quoting.
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    return next(csv.reader([line], delimiter=delimiter, quoting=quoting), [])
+
+
+@dataclass
+class RowParser:
+    """The one parser of translation rows, for every reader (tokenizer CLI, trainer, scorer).
+
+    Turns a row into ``(source, target)`` or the reason it is malformed (a key of the skip counts). `kind` is "jsonl",
+    "tsv" or "csv" (the row is one line of the file, a str or the text builder's ``{"text": line}``) or "hub" (a
+    dict row of a Hub dataset). Use `RowParser.for_file` for a local file: it reads the header of a delimited file.
+    """
+
+    kind: str
+    source_lang: str
+    target_lang: str
+    columns: tuple[int, int] = (0, 1)  # delimited files: source/target column indices
+    header: list[str] | None = None  # delimited files: the header row, skipped wherever it turns up
+
+    @classmethod
+    def for_file(cls, path: str | os.PathLike, source_lang: str, target_lang: str) -> RowParser:
+        """The parser of a local .jsonl/.json/.tsv/.csv file; ValueError for another suffix."""
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix in JSON_SUFFIXES:
+            return cls("jsonl", source_lang, target_lang)
+        if suffix not in DELIMITED_SUFFIXES:
+            raise ValueError(f"unsupported file type {suffix!r} for translation pairs ({path}): use .jsonl, .tsv or .csv")
+        parser = cls(suffix[1:], source_lang, target_lang)
+        # A header names the language columns. It is read here because with several processes only one of them
+        # streams the first line.
+        with path.open(encoding="utf-8", errors=ENCODING_ERRORS, newline="") as f:
+            cells = _cells(f.readline().rstrip("\r\n"), DELIMITED_SUFFIXES[suffix])
+        if source_lang in cells and target_lang in cells:
+            parser.header, parser.columns = cells, (cells.index(source_lang), cells.index(target_lang))
+        return parser
+
+    def __call__(self, row: dict[str, Any] | str) -> tuple[str, str] | str:
+        if self.kind == "hub":
+            pair = pair_from_row(row, self.source_lang, self.target_lang)
+        else:
+            line = row if isinstance(row, str) else row["text"]
+            if not line.strip():
+                return "blank lines"
+            if "\ufffd" in line:
+                return INVALID_UTF8
+            if self.kind == "jsonl":
+                try:
+                    pair = pair_from_row(json.loads(line), self.source_lang, self.target_lang)
+                except json.JSONDecodeError:
+                    return "lines that are not valid JSON"
+            else:
+                cells = _cells(line, DELIMITED_SUFFIXES["." + self.kind])
+                if self.header is not None and cells == self.header:
+                    return "header"
+                if len(cells) <= max(self.columns):
+                    return "rows with too few columns"
+                pair = (cells[self.columns[0]], cells[self.columns[1]])
+        if isinstance(pair, str):
+            return pair
+        if not pair[0].strip() or not pair[1].strip():
+            return "rows with empty text"
+        return pair
+
+
 def read_translation_pairs(
     path: str | os.PathLike,
     source_lang: str = "en",
@@ -80,59 +152,45 @@ def read_translation_pairs(
 ) -> Iterator[tuple[str, str]]:
     """Stream `(source, target)` pairs from a local `.jsonl`/`.json` (one JSON object per line), `.tsv` or `.csv` file.
 
-    Malformed rows (bad JSON, missing language, wrong column count) and blank lines are skipped and counted in `stats`.
-    Raises `FileNotFoundError` for a missing file and `ValueError` for an unsupported suffix, at call time (before
-    the first pair is read).
+    Malformed rows (bad JSON or UTF-8, missing language, empty text, wrong column count) and blank lines are skipped
+    and counted in `stats`. Raises `FileNotFoundError` for a missing file and `ValueError` for an unsupported suffix,
+    at call time (before the first pair is read).
     """
     path = _check_file(path)
-    stats = stats if stats is not None else CorpusStats()
-    suffix = path.suffix.lower()
-    if suffix in JSON_SUFFIXES:
-        return _read_jsonl_pairs(path, source_lang, target_lang, stats)
-    if suffix in DELIMITED_SUFFIXES:
-        return _read_delimited_pairs(path, DELIMITED_SUFFIXES[suffix], source_lang, target_lang, stats)
-    raise ValueError(f"unsupported file type {suffix!r} for translation pairs ({path}): use .jsonl, .tsv or .csv")
+    parser = RowParser.for_file(path, source_lang, target_lang)
+    return _parsed_lines(path, parser, stats if stats is not None else CorpusStats())
 
 
-def _read_jsonl_pairs(path: Path, source_lang: str, target_lang: str, stats: CorpusStats) -> Iterator[tuple[str, str]]:
-    with path.open(encoding="utf-8") as f:
+def _parsed_lines(path: Path, parser: RowParser, stats: CorpusStats) -> Iterator[tuple[str, str]]:
+    with path.open(encoding="utf-8", errors=ENCODING_ERRORS, newline="") as f:
         for line in f:
-            if not line.strip():
-                stats.skip("blank lines")
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                stats.skip("lines that are not valid JSON")
-                continue
-            pair = pair_from_row(row, source_lang, target_lang)
+            pair = parser(line.rstrip("\r\n"))
             if isinstance(pair, str):
-                stats.skip(pair)
+                if pair != "header":
+                    stats.skip(pair)
                 continue
             stats.rows += 1
             yield pair
 
 
-def _read_delimited_pairs(
-    path: Path, delimiter: str, source_lang: str, target_lang: str, stats: CorpusStats
-) -> Iterator[tuple[str, str]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        # QUOTE_NONE for TSV: sentences may contain quotes; CSV keeps standard quoting.
-        quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-        rows = csv.reader(f, delimiter=delimiter, quoting=quoting)
-        columns = (0, 1)
-        for i, row in enumerate(rows):
-            if i == 0 and source_lang in row and target_lang in row:  # a header naming the language columns
-                columns = (row.index(source_lang), row.index(target_lang))
-                continue
-            if not row or not any(cell.strip() for cell in row):
-                stats.skip("blank lines")
-                continue
-            if len(row) <= max(columns):
-                stats.skip("rows with too few columns")
-                continue
-            stats.rows += 1
-            yield row[columns[0]], row[columns[1]]
+def read_text(path: str | os.PathLike, *, stats: CorpusStats | None = None) -> str:
+    """The whole text of a file with its line breaks, lines holding invalid UTF-8 dropped (and counted)."""
+    stats = stats if stats is not None else CorpusStats()
+    text = _check_file(path).read_text(encoding="utf-8", errors=ENCODING_ERRORS)
+    return drop_invalid_lines(text, stats)
+
+
+def drop_invalid_lines(text: str, stats: CorpusStats) -> str:
+    """`text` without the lines that hold invalid UTF-8 (U+FFFD after decoding with errors="replace"), counted."""
+    if "\ufffd" not in text:
+        return text
+    kept = []
+    for line in text.splitlines(keepends=True):
+        if "\ufffd" in line:
+            stats.skip(INVALID_UTF8)
+        else:
+            kept.append(line)
+    return "".join(kept)
 
 
 def read_text_lines(path: str | os.PathLike, *, stats: CorpusStats | None = None) -> Iterator[str]:
@@ -145,11 +203,14 @@ def read_text_lines(path: str | os.PathLike, *, stats: CorpusStats | None = None
 
 
 def _read_lines(path: Path, stats: CorpusStats) -> Iterator[str]:
-    with path.open(encoding="utf-8") as f:
+    with path.open(encoding="utf-8", errors=ENCODING_ERRORS) as f:
         for line in f:
             line = line.rstrip("\r\n")
             if not line.strip():
                 stats.skip("blank lines")
+                continue
+            if "\ufffd" in line:
+                stats.skip(INVALID_UTF8)
                 continue
             stats.rows += 1
             yield line
@@ -183,8 +244,9 @@ def read_hub_translation_pairs(
 
 
 def _hub_pairs(dataset, source_lang: str, target_lang: str, stats: CorpusStats) -> Iterator[tuple[str, str]]:
+    parser = RowParser("hub", source_lang, target_lang)
     for row in dataset:
-        pair = pair_from_row(row, source_lang, target_lang)
+        pair = parser(row)
         if isinstance(pair, str):
             stats.skip(pair)
             continue

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from nanoformer.tokenization.corpus import ENCODING_ERRORS, CorpusStats, drop_invalid_lines
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,16 @@ def read_text_chunks(
 def _file_chunks(path: Path, chunk_chars: int) -> Iterator[str]:
     if not path.is_file():
         raise ValueError(f"--train_file not found: {path}")
+    stats = CorpusStats()
+    yield from (drop_invalid_lines(chunk, stats) for chunk in _raw_file_chunks(path, chunk_chars))
+    if stats.num_skipped:
+        logger.warning(f"--train_file {path}: skipped {stats.num_skipped} lines that are not valid UTF-8")
+
+
+def _raw_file_chunks(path: Path, chunk_chars: int) -> Iterator[str]:
     carry = ""
-    with open(path, encoding="utf-8", newline="") as f:  # newline="": keep \r\n as written
+    # newline="": keep \r\n as written; invalid UTF-8 becomes U+FFFD, and its lines are dropped by the caller.
+    with open(path, encoding="utf-8", errors=ENCODING_ERRORS, newline="") as f:
         while True:
             piece = f.read(chunk_chars)
             if not piece:

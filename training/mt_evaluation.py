@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from accelerate.logging import get_logger
 
+logger = get_logger(__name__)  # logs on the main process only
 SACREBLEU_METRIC_PATH = str(Path(__file__).resolve().parent / "metrics" / "sacrebleu_zh.py")
 ZH_SCRIPTS = ("as-is", "simplified", "traditional")
 EXTRA_TARGET_TOKENS = 50  # the paper's length bound: at most source length + 50 output tokens (§6.1)
@@ -111,3 +113,102 @@ def perplexity(loss: float) -> float:
         return math.exp(loss)
     except OverflowError:
         return float("inf")
+
+
+def _gather_objects(accelerator, items: list) -> list:
+    if accelerator.num_processes == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
+
+
+def evaluate_translation(
+    accelerator,
+    model,
+    tokenizer,
+    pairs: Sequence[tuple[str, str]],
+    batches: Sequence[dict[str, torch.Tensor]],
+    *,
+    with_bleu: bool,
+    num_beams: int = 4,
+    batch_size: int = 64,
+    max_source_length: int | None = None,
+    max_target_length: int | None = None,
+    num_samples: int = 0,
+) -> dict[str, Any]:
+    """Validation loss/perplexity (plain NLL over `batches`) and, with `with_bleu`, sacreBLEU of beam search over
+    `pairs`, both shared out across processes; `num_samples` sample translations are returned with them."""
+    model.eval()
+    rank, world = accelerator.process_index, accelerator.num_processes
+    monitor = hasattr(model, "set_attention_logit_monitor")
+    if monitor:
+        model.set_attention_logit_monitor(True)
+    loss_sum, n_tokens = 0.0, 0
+    for batch in batches[rank::world]:
+        with accelerator.autocast():
+            s, n = nll_sums(model, {k: v.to(accelerator.device) for k, v in batch.items()})
+        loss_sum, n_tokens = loss_sum + s, n_tokens + n
+    results: dict[str, Any] = {}
+    if monitor:
+        stats = model.attention_logit_stats()
+        model.set_attention_logit_monitor(False)
+        if stats:
+            results["attn_logit_max"] = max(float(v.max()) for v in stats.values())
+            results["attn_logit_max_per_layer"] = {k: round(float(v.max()), 2) for k, v in stats.items()}
+    totals = accelerator.reduce(torch.tensor([loss_sum, n_tokens], dtype=torch.float64, device=accelerator.device))
+    results["eval_loss"] = float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
+    results["eval_ppl"] = perplexity(results["eval_loss"])
+    if with_bleu:
+        mine = list(range(rank, len(pairs), world))
+        with accelerator.autocast():
+            hyps = translate(
+                model,
+                tokenizer,
+                [pairs[i][0] for i in mine],
+                num_beams=num_beams,
+                batch_size=batch_size,
+                max_source_length=max_source_length,
+                max_target_length=max_target_length,
+            )
+        hypotheses = [h for _, h in sorted(_gather_objects(accelerator, list(zip(mine, hyps))))]
+        bleu = compute_bleu(hypotheses, [t for _, t in pairs])
+        results["eval_bleu"] = bleu["score"]
+        results["bleu_signature"] = bleu["signature"]
+        results["samples"] = [
+            {"source": pairs[i][0], "reference": pairs[i][1], "hypothesis": hypotheses[i]}
+            for i in range(min(num_samples, len(pairs)))
+        ]
+    model.train()
+    return results
+
+
+def make_evaluate(args, accelerator, tokenizer, pairs, batches, state):
+    """``evaluate(model, step, counters=None, with_bleu=True) -> results``: validation loss (and BLEU), logged to the
+    console, the trackers and ``state.history`` (`state`: the trainer's `LoopState`)."""
+    from nanoformer.training.data import describe_counters, reduce_counters, skipped_rows
+
+    def evaluate(model, step: int, counters=None, with_bleu: bool = True) -> dict:
+        results = evaluate_translation(
+            accelerator, accelerator.unwrap_model(model), tokenizer, pairs, batches, with_bleu=with_bleu,
+            num_beams=args.num_beams, batch_size=args.per_device_eval_batch_size,
+            max_source_length=args.max_source_length, max_target_length=args.max_target_length,
+            num_samples=args.num_sample_translations,
+        )  # fmt: skip
+        counters = reduce_counters(accelerator, counters or {})
+        record = {"step": step, **{k: v for k, v in results.items() if isinstance(v, float | int)}}
+        record["skipped_rows"] = skipped_rows(counters)
+        state.history.append(record)
+        msg = f"eval step {step}: loss {results['eval_loss']:.4f} ppl {results['eval_ppl']:.2f}"
+        if "eval_bleu" in results:
+            msg += f" BLEU {results['eval_bleu']:.2f} ({results['bleu_signature']}, {len(pairs)} pairs)"
+        logger.info(f"{msg}; data: {describe_counters(counters)}")
+        if "attn_logit_max_per_layer" in results:
+            logger.info(f"attention logit max |QK^T/sqrt(d)| per module: {results['attn_logit_max_per_layer']}")
+        for sample in results.get("samples", []):
+            logger.info(f"  src: {sample['source']}\n  ref: {sample['reference']}\n  hyp: {sample['hypothesis']}")
+        if args.with_tracking:
+            accelerator.log({f"eval/{k}": v for k, v in record.items() if k != "step"}, step=step)
+        return results
+
+    return evaluate

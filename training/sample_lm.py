@@ -16,6 +16,15 @@ import os
 import sys
 
 import torch
+from nanoformer.training.arguments import (
+    CliParser,
+    UsageError,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_cli,
+)
 from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
 try:  # registers NanoGPT with the Auto classes, so saved folders load without trust_remote_code
@@ -25,7 +34,7 @@ except ImportError:  # a folder with remote code still loads with --trust_remote
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = CliParser(
         description="Generate text from a saved causal language model.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -35,24 +44,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompt", default="\n", help="Text to continue (nanoGPT starts from a newline).")
     p.add_argument("--prompt_file", default=None, help="Read the prompt from this UTF-8 file instead of --prompt.")
     p.add_argument(
-        "--max_new_tokens", type=int, default=500, help="New tokens (characters, for a char model) per sample."
+        "--max_new_tokens", type=positive_int, default=500, help="New tokens (characters, for a char model) per sample."
     )
-    p.add_argument("--num_samples", type=int, default=1, help="Number of independent samples.")
+    p.add_argument("--num_samples", type=positive_int, default=1, help="Number of independent samples.")
     p.add_argument(
-        "--temperature", type=float, default=0.8, help="Softmax temperature; 0 means greedy decoding (no sampling)."
+        "--temperature", type=non_negative_float, default=0.8, help="Softmax temperature; 0 means greedy decoding (no sampling)."
     )
-    p.add_argument("--top_k", type=int, default=200, help="Sample among the k most likely tokens only (0: all).")
+    p.add_argument("--top_k", type=non_negative_int, default=200, help="Sample among the k most likely tokens only (0: all).")
     p.add_argument(
-        "--top_p", type=float, default=1.0, help="Nucleus sampling: the smallest set with this mass (1.0: all)."
+        "--top_p", type=positive_float, default=1.0, help="Nucleus sampling: the smallest set with this mass (1.0: all)."
     )
     p.add_argument("--seed", type=int, default=1337, help="Random seed, for reproducible samples.")
     p.add_argument("--device", default=None, help="Device to run on (default: cuda if available, else cpu).")
     p.add_argument("--trust_remote_code", action="store_true", help="Allow the folder's own modelling code to run.")
     args = p.parse_args(argv)
-    if args.max_new_tokens < 1 or args.num_samples < 1:
-        p.error("--max_new_tokens and --num_samples must be at least 1")
-    if args.temperature < 0 or args.top_k < 0 or not 0 < args.top_p <= 1:
-        p.error("--temperature and --top_k must be >= 0 and --top_p in (0, 1]")
+    if args.top_p > 1:
+        p.error(f"argument --top_p: must be in (0, 1], got {args.top_p}")
+    name = args.model_name_or_path
+    if (os.sep in name or name.startswith(".")) and not os.path.isdir(name):
+        p.error(f"model folder not found: {name}")
+    if args.prompt_file and not os.path.isfile(args.prompt_file):
+        p.error(f"--prompt_file {args.prompt_file}: file not found")
     return args
 
 
@@ -87,21 +99,18 @@ def generate_samples(model, tokenizer, prompt: str, args: argparse.Namespace) ->
     return [tokenizer.decode(row[len(prompt_ids) :], skip_special_tokens=True) for row in out]
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def sample(args: argparse.Namespace) -> None:
+    """Load the model and print the samples."""
     prompt = args.prompt
     if args.prompt_file:
-        with open(args.prompt_file, encoding="utf-8") as f:
+        with open(args.prompt_file, encoding="utf-8", errors="replace") as f:
             prompt = f.read()
-    name = args.model_name_or_path
-    if (os.sep in name or name.startswith(".")) and not os.path.isdir(name):
-        sys.exit(f"sample_lm: error: model folder not found: {name}")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError) as err:
-        sys.exit(f"sample_lm: error: cannot load {args.model_name_or_path}: {str(err).splitlines()[0]}")
+        raise UsageError(f"cannot load {args.model_name_or_path}: {str(err).strip().splitlines()[0]}") from None
     model.to(device).eval()
     set_seed(args.seed)
     with torch.no_grad():
@@ -109,6 +118,11 @@ def main(argv: list[str] | None = None) -> None:
     for text in samples:
         print(prompt + text)
         print("---------------")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    run_cli(lambda: sample(args), "sample_lm", errors=(ValueError,))
 
 
 if __name__ == "__main__":

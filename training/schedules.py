@@ -2,6 +2,9 @@
 
 - `cosine_with_warmup_lr`: nanoGPT's ``get_lr`` — linear warmup, cosine decay to a minimum lr, then flat.
 - `noam_lr`: "Attention Is All You Need" (eq. 3) — d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), times a scale.
+- `linear_with_warmup_lr` / `constant_with_warmup_lr`: the HF example scripts' ``--lr_scheduler_type linear`` and
+  ``constant_with_warmup`` (with the same warmup as the cosine schedule; linear decays to the minimum lr).
+- `get_schedule`: any of them by name, as ``--lr_scheduler_type`` gives it.
 
 Both are plain functions of the 0-based optimizer step giving an *absolute* learning rate; the ``get_*_schedule``
 helpers wrap them as LambdaLR multipliers of each param group's initial lr (so e.g. the schedule's peak should equal
@@ -36,6 +39,21 @@ def cosine_with_warmup_lr(step: int, *, max_lr: float, min_lr: float, warmup_ste
     progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
     coeff = 0.5 * (1.0 + math.cos(math.pi * progress))  # 1 → 0
     return min_lr + coeff * (max_lr - min_lr)
+
+
+def linear_with_warmup_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
+    """Linear warmup to `max_lr` (as `cosine_with_warmup_lr`), then a straight line down to `min_lr` at `decay_steps`."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / (warmup_steps + 1)
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
+    return max_lr - progress * (max_lr - min_lr)
+
+
+def constant_with_warmup_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
+    """Linear warmup to `max_lr`, then `max_lr` (`min_lr` and `decay_steps` are unused)."""
+    return max_lr * (step + 1) / (warmup_steps + 1) if step < warmup_steps else max_lr
 
 
 def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -97,3 +115,23 @@ def get_noam_schedule(
     """LambdaLR for `noam_lr`: every param group follows the absolute Noam lr, whatever lr the optimizer was given."""
     fn = partial(noam_lr, d_model=d_model, warmup_steps=warmup_steps, scale=scale)
     return _lambda_lr(optimizer, fn, last_epoch)
+
+
+SCHEDULES = {"cosine": cosine_with_warmup_lr, "linear": linear_with_warmup_lr, "constant_with_warmup": constant_with_warmup_lr}
+
+
+def get_schedule(
+    name: str, optimizer: Optimizer, *, warmup_steps: int, decay_steps: int, min_lr: float, d_model: int = 0,
+    noam_scale: float = 1.0,
+) -> LambdaLR:
+    """The ``--lr_scheduler_type`` schedule: "noam" (absolute, needs `d_model`), or "cosine" / "linear" /
+    "constant_with_warmup" from the optimizer's lr down to `min_lr` at `decay_steps`."""
+    if name == "noam":
+        return get_noam_schedule(optimizer, d_model=d_model, warmup_steps=warmup_steps, scale=noam_scale)
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown lr_scheduler_type {name!r}; choose from noam, {', '.join(SCHEDULES)}")
+    max_lr = optimizer.param_groups[0].get("initial_lr", optimizer.param_groups[0]["lr"])
+    if min_lr > max_lr:
+        raise ValueError(f"min learning rate ({min_lr}) must not exceed the peak learning rate ({max_lr})")
+    fn = partial(SCHEDULES[name], max_lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps, decay_steps=decay_steps)
+    return _lambda_lr(optimizer, fn, -1, base_lr=max_lr)

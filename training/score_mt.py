@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import torch
-from nanoformer.training.mt_data import DataSourceError, malformed_count, open_translation_source, read_pairs
+from nanoformer.training.arguments import CliParser, UsageError, positive_int, run_cli
+from nanoformer.training.common import looks_local
+from nanoformer.training.data import DataSourceError, malformed_count, open_translation_source, read_pairs
 from nanoformer.training.mt_evaluation import ZH_SCRIPTS, compute_bleu, translate, zh_script_converter
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = CliParser(
         description="Score a saved translation model on a test set, or translate stdin to stdout.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -39,12 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test_file", default=None, help="Test pairs (.jsonl/.tsv/.csv). Without it, translate stdin.")
     p.add_argument("--source_lang", default="en", help="Source language key in the test file.")
     p.add_argument("--target_lang", default="zh", help="Target language key in the test file.")
-    p.add_argument("--num_beams", type=int, default=4, help="Beam size (1 = greedy).")
-    p.add_argument("--batch_size", type=int, default=64, help="Sentences translated per batch.")
-    p.add_argument("--max_samples", type=int, default=None, help="Score only the first N test pairs.")
+    p.add_argument("--num_beams", type=positive_int, default=4, help="Beam size (1 = greedy).")
+    p.add_argument("--batch_size", type=positive_int, default=64, help="Sentences translated per batch.")
+    p.add_argument("--max_samples", type=positive_int, default=None, help="Score only the first N test pairs.")
     p.add_argument(
         "--max_source_length",
-        type=int,
+        type=positive_int,
         default=None,
         help="Truncate sources to N tokens; None = the model's max_position_embeddings.",
     )
@@ -63,15 +66,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--hypotheses_file", default=None, help="Hypotheses, one per line; None = the output file with .hyp.txt."
     )
     p.add_argument("--device", default=None, help="torch device; None = cuda if available, else cpu.")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if looks_local(args.model_dir) and not Path(args.model_dir).is_dir():
+        p.error(f"--model_dir {args.model_dir}: folder not found")
+    if args.test_file and not Path(args.test_file).is_file():
+        p.error(f"--test_file {args.test_file}: file not found")
+    for flag in ("output_file", "hypotheses_file"):
+        path = getattr(args, flag)
+        probe = next((d for d in Path(path).resolve().parents if d.exists()), None) if path else None
+        if probe is not None and not os.access(probe, os.W_OK):
+            p.error(f"--{flag} {path}: {probe} is not writable")
+    return args
 
 
 def load(model_dir: str, device: str | None):
     import nanoformer.modeling  # noqa: F401 - registers the translator with the Auto classes
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).to(device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--model_dir {model_dir}: cannot load a translation model: {str(error).strip().splitlines()[0]}") from None
     return model, tokenizer, device
 
 
@@ -172,18 +188,17 @@ def interactive(args: argparse.Namespace) -> None:
         flush(buffer)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    try:
+
+    def run() -> None:
         if args.test_file:
             score(args)
         else:
             interactive(args)
-    except DataSourceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+
+    run_cli(run, "score_mt")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

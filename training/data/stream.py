@@ -1,13 +1,13 @@
-"""Streaming translation data for `train_mt.py`: `datasets` streaming → parse → tokenize → shuffle → token batches.
+"""The resumable batch stream of `train_mt.py`: `datasets` streaming → parse → tokenize → shuffle → token batches.
 
 The pipeline, per process:
 
 1. **Source.** A Hub dataset id (e.g. ``wmt/wmt19``, ``zh-en``) is streamed with ``load_dataset(..., streaming=True)``.
    A local ``.jsonl``/``.tsv``/``.csv`` file is streamed with the ``text`` builder, one row per line, and each line is
-   parsed here: the ``json`` builder aborts on the first line that is not JSON, we count it and go on.
-   With several processes, ``split_dataset_by_node`` gives each one its own part of the stream.
-2. **Parse.** A row becomes ``(source, target)`` or is *malformed* (not JSON, missing a language, empty or non-string
-   text): malformed rows are skipped and counted by reason (`counters`).
+   parsed by the corpus `RowParser` (`source.py`). With several processes, ``split_dataset_by_node`` gives each one
+   its own part of the stream.
+2. **Parse.** A row becomes ``(source, target)`` or is *malformed* (not JSON or not UTF-8, missing a language, empty
+   or non-string text): malformed rows are skipped and counted by reason (`counters`).
 3. **Tokenize** on the fly in chunks (the fast tokenizer encodes a chunk in one Rust call). Pairs longer than
    ``max_source_length``/``max_target_length`` are truncated (keeping ``</s>``) or dropped, and counted.
 4. **Shuffle + bucket.** Tokenized pairs go into a shuffle buffer of ``shuffle_buffer_size`` pairs. When it is full,
@@ -31,182 +31,17 @@ Not restored: nothing else. A checkpoint is only valid for the same data files, 
 
 from __future__ import annotations
 
-import csv
-import json
-import queue
 import random
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import torch
-from nanoformer.tokenization.corpus import DELIMITED_SUFFIXES, JSON_SUFFIXES, pair_from_row
-
-LOCAL_SUFFIXES = (*JSON_SUFFIXES, *DELIMITED_SUFFIXES)
-
-
-class DataSourceError(Exception):
-    """A training/validation source that cannot be opened (missing file, unreachable Hub). The message is one line."""
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Sources and row parsing
-# --------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RowParser:
-    """Turns one streamed row into ``(source, target)`` or the reason it is malformed.
-
-    `kind` is "jsonl", "tsv", "csv" (a ``{"text": line}`` row from the text builder) or "hub" (a dict row).
-    """
-
-    kind: str
-    source_lang: str
-    target_lang: str
-    columns: tuple[int, int] = (0, 1)  # delimited files: source/target column indices
-    header: list[str] | None = None  # delimited files: the header row, skipped wherever it turns up
-
-    def __call__(self, row: dict[str, Any]) -> tuple[str, str] | str:
-        if self.kind == "hub":
-            pair = pair_from_row(row, self.source_lang, self.target_lang)
-        elif self.kind == "jsonl":
-            line = row["text"]
-            if not line.strip():
-                return "blank lines"
-            try:
-                pair = pair_from_row(json.loads(line), self.source_lang, self.target_lang)
-            except json.JSONDecodeError:
-                return "lines that are not valid JSON"
-        else:
-            line = row["text"]
-            if not line.strip():
-                return "blank lines"
-            delimiter = DELIMITED_SUFFIXES["." + self.kind]
-            quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-            cells = next(csv.reader([line], delimiter=delimiter, quoting=quoting))
-            if self.header is not None and cells == self.header:
-                return "header"
-            if len(cells) <= max(self.columns):
-                return "rows with too few columns"
-            pair = (cells[self.columns[0]], cells[self.columns[1]])
-        if isinstance(pair, str):
-            return pair
-        if not pair[0].strip() or not pair[1].strip():
-            return "rows with empty text"
-        return pair
-
-
-def open_translation_source(
-    *,
-    data_file: str | None,
-    dataset_name: str | None,
-    dataset_config_name: str | None,
-    split: str,
-    source_lang: str,
-    target_lang: str,
-    flag: str = "--train_file",
-):
-    """Open a streaming `datasets.IterableDataset` of raw rows and the `RowParser` for them.
-
-    A local `data_file` takes precedence over `dataset_name`. Raises `DataSourceError` with a one-line message for a
-    missing or unsupported file, or a Hub dataset that cannot be loaded.
-    """
-    import datasets
-
-    if data_file:
-        path = Path(data_file)
-        if not path.is_file():
-            raise DataSourceError(f"{flag} {data_file}: file not found")
-        suffix = path.suffix.lower()
-        if suffix not in LOCAL_SUFFIXES:
-            raise DataSourceError(f"{flag} {data_file}: unsupported file type {suffix!r} (use .jsonl, .tsv or .csv)")
-        parser = RowParser("jsonl" if suffix in JSON_SUFFIXES else suffix[1:], source_lang, target_lang)
-        if parser.kind != "jsonl":
-            # The header (if any) names the language columns; read it here because with several processes only
-            # one of them streams the first line.
-            with path.open(encoding="utf-8", newline="") as f:
-                first = f.readline().rstrip("\r\n")
-            delimiter = DELIMITED_SUFFIXES[suffix]
-            quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-            cells = next(csv.reader([first], delimiter=delimiter, quoting=quoting), [])
-            if source_lang in cells and target_lang in cells:
-                parser.header = cells
-                parser.columns = (cells.index(source_lang), cells.index(target_lang))
-        # keep_linebreaks=False: a row is the line without its newline.
-        dataset = datasets.load_dataset("text", data_files={split: str(path)}, split=split, streaming=True)
-        return dataset, parser
-    if not dataset_name:
-        raise DataSourceError(f"no data: pass {flag} (a local .jsonl/.tsv/.csv file) or --dataset_name")
-    try:
-        dataset = datasets.load_dataset(dataset_name, dataset_config_name, split=split, streaming=True)
-    except Exception as error:  # offline, unknown id, missing split... surface as many exception types
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DataSourceError(
-            f"cannot stream {dataset_name!r} ({dataset_config_name}, split {split!r}) from the Hugging Face Hub: "
-            f"{reason} — pass local files with {flag} instead"
-        ) from error
-    return dataset, RowParser("hub", source_lang, target_lang)
-
-
-def read_pairs(
-    dataset, parser: RowParser, limit: int | None = None, counters: Counter | None = None
-) -> list[tuple[str, str]]:
-    """The first `limit` well-formed pairs of a streaming dataset (for validation sets); malformed rows counted."""
-    counters = counters if counters is not None else Counter()
-    pairs = []
-    for row in dataset:
-        pair = parser(row)
-        if isinstance(pair, str):
-            if pair != "header":
-                counters[pair] += 1
-            continue
-        pairs.append(pair)
-        if limit is not None and len(pairs) >= limit:
-            break
-    return pairs
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Token batches
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def pad_batch(
-    pairs: list[tuple[list[int], list[int]]], pad_token_id: int, label_pad_id: int = -100
-) -> dict[str, torch.Tensor]:
-    """Right-pad ``(source ids, target ids)`` pairs: ``input_ids``, ``attention_mask``, ``labels`` (-100 = ignore)."""
-    src_len = max(len(s) for s, _ in pairs)
-    tgt_len = max(len(t) for _, t in pairs)
-    input_ids = torch.full((len(pairs), src_len), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(pairs), src_len), dtype=torch.long)
-    labels = torch.full((len(pairs), tgt_len), label_pad_id, dtype=torch.long)
-    for i, (src, tgt) in enumerate(pairs):
-        input_ids[i, : len(src)] = torch.tensor(src)
-        attention_mask[i, : len(src)] = 1
-        labels[i, : len(tgt)] = torch.tensor(tgt)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-
-
-def bucket_into_batches(pairs: list[tuple[list[int], list[int]]], max_tokens: int) -> list[list[tuple]]:
-    """Sort pairs by length and cut them into batches of at most `max_tokens` padded source + target tokens."""
-    pairs = sorted(pairs, key=lambda p: (len(p[0]), len(p[1])))
-    batches, current, src_max, tgt_max = [], [], 0, 0
-    for src, tgt in pairs:
-        new_src, new_tgt = max(src_max, len(src)), max(tgt_max, len(tgt))
-        if current and (len(current) + 1) * (new_src + new_tgt) > max_tokens:
-            batches.append(current)
-            current, new_src, new_tgt = [], len(src), len(tgt)
-        current.append((src, tgt))
-        src_max, tgt_max = new_src, new_tgt
-    if current:
-        batches.append(current)
-    return batches
+from nanoformer.tokenization.corpus import RowParser
+from nanoformer.training.data.batching import bucket_into_batches, pad_batch
+from nanoformer.training.data.source import DataSourceError
 
 
 @dataclass
@@ -375,48 +210,30 @@ def malformed_count(counters: Counter | dict) -> int:
     return sum(v for k, v in counters.items() if k.startswith("malformed: "))
 
 
-class PrefetchIterator:
-    """Runs an iterator in a daemon thread, `depth` items ahead; exceptions are re-raised in the consumer.
+def skipped_rows(counters: Counter | dict) -> int:
+    """Rows that never reached a batch: malformed ones and over-long pairs dropped."""
+    return malformed_count(counters) + int(counters.get("dropped_overlong", 0))
 
-    `wait_seconds` accumulates the time the consumer spent blocked on the queue (data starvation).
-    """
 
-    _END = object()
+def reduce_counters(accelerator, counters: Counter | dict) -> Counter:
+    """Stream counters summed over processes (each process reads its own part of the stream)."""
+    if accelerator.num_processes == 1:
+        return Counter(counters)
+    from accelerate.utils import gather_object
 
-    def __init__(self, iterable, depth: int = 8) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self.wait_seconds = 0.0
-        self._thread = threading.Thread(target=self._run, args=(iterable,), daemon=True)
-        self._thread.start()
+    total: Counter = Counter()
+    for part in gather_object([dict(counters)]):
+        total.update(part)
+    return total
 
-    def _run(self, iterable) -> None:
-        try:
-            for item in iterable:
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
-                    return
-            self._queue.put(self._END)
-        except BaseException as error:  # noqa: BLE001 - handed to the consumer
-            self._queue.put(error)
 
-    def __iter__(self):
-        return self
+def describe_counters(counters: Counter | dict) -> str:
+    """One line for the log: rows read, malformed rows by reason, truncated and dropped pairs."""
+    reasons = {k.removeprefix("malformed: "): v for k, v in counters.items() if k.startswith("malformed: ")}
+    text = f"{counters.get('rows', 0)} rows read, {sum(reasons.values())} malformed"
+    if reasons:
+        text += " (" + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])) + ")"
+    text += f", {counters.get('truncated_overlong', 0)} truncated, {counters.get('dropped_overlong', 0)} dropped as too long"
+    return text
 
-    def __next__(self):
-        start = time.perf_counter()
-        item = self._queue.get()
-        self.wait_seconds += time.perf_counter() - start
-        if item is self._END:
-            raise StopIteration
-        if isinstance(item, BaseException):
-            raise item
-        return item
 
-    def close(self) -> None:
-        self._stop.set()

@@ -1,0 +1,142 @@
+"""What `train_mt.py` reads before it trains: the training source, the tokenizer (loaded, or trained on the first
+training pairs), the validation set and the resumable, prefetched batch iterator of this process."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import chain, islice
+from pathlib import Path
+
+import torch
+from accelerate.logging import get_logger
+from nanoformer.training.common import LoopState, resume
+from nanoformer.training.data import (
+    DataSourceError,
+    PrefetchIterator,
+    TranslationBatchStream,
+    bucket_into_batches,
+    malformed_count,
+    open_translation_source,
+    pad_batch,
+    read_pairs,
+)
+from nanoformer.training.mt_evaluation import zh_script_converter
+from transformers import AutoTokenizer
+
+logger = get_logger(__name__)  # logs on the main process only
+
+
+def open_train_source(args):
+    return open_translation_source(
+        data_file=args.train_file,
+        dataset_name=args.dataset_name,
+        dataset_config_name=args.dataset_config_name,
+        split="train",
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+    )
+
+
+def load_or_train_tokenizer(args, accelerator, resuming: bool):
+    """--tokenizer_name, else the model's, else one trained on the first training pairs (saved in output_dir)."""
+    name = args.tokenizer_name or args.model_name_or_path
+    if name:
+        try:
+            return AutoTokenizer.from_pretrained(name, trust_remote_code=args.trust_remote_code)
+        except (OSError, ValueError) as error:
+            raise DataSourceError(
+                f"cannot load the tokenizer of {name}: {str(error).strip().splitlines()[0]}"
+            ) from None
+    saved = Path(args.output_dir) / "tokenizer"
+    if resuming and (saved / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(saved)  # the tokenizer the checkpoint was trained with
+    if args.vocab_size is None:
+        raise DataSourceError("no tokenizer: pass --tokenizer_name (a saved tokenizer) or --vocab_size (train one)")
+    if accelerator.is_main_process:
+        from nanoformer.tokenization import train_bpe_tokenizer
+
+        dataset, parser = open_train_source(args)
+        to_script = zh_script_converter(args.zh_script)
+
+        def texts():
+            pairs = (p for p in map(parser, dataset) if not isinstance(p, str))
+            for source, target in islice(pairs, args.tokenizer_train_samples):
+                yield source
+                yield to_script(target) if to_script else target
+
+        logger.info(f"Training a BPE tokenizer (vocab {args.vocab_size}) on up to {args.tokenizer_train_samples} pairs")
+        train_bpe_tokenizer(texts(), vocab_size=args.vocab_size).save_pretrained(saved)
+    accelerator.wait_for_everyone()
+    return AutoTokenizer.from_pretrained(saved)
+
+
+def load_validation(args, tokenizer, to_script) -> tuple[list[tuple[str, str]], list[dict[str, torch.Tensor]]]:
+    """Up to --max_eval_samples validation pairs (targets in the --zh_script) and their loss batches; ([], [])
+    when there is no validation set."""
+    if args.validation_file:
+        source = {"data_file": args.validation_file, "dataset_name": None}
+    elif not args.train_file:
+        source = {"data_file": None, "dataset_name": args.dataset_name}
+    else:
+        logger.warning("No validation data (pass --validation_file): no evaluation, no early stopping")
+        return [], []
+    dataset, parser = open_translation_source(
+        **source,
+        dataset_config_name=args.dataset_config_name,
+        split="validation" if args.validation_file else args.validation_split_name,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        flag="--validation_file",
+    )
+    counters: Counter = Counter()
+    try:
+        pairs = read_pairs(dataset, parser, args.max_eval_samples, counters)
+    except Exception as error:
+        raise DataSourceError(f"cannot read validation data: {str(error).splitlines()[0]}") from error
+    if malformed_count({f"malformed: {k}": v for k, v in counters.items()}):
+        logger.warning(f"validation data: skipped malformed rows {dict(counters)}")
+    pairs = [(s, to_script(t) if to_script else t) for s, t in pairs]
+    if not pairs:
+        return [], []
+    enc = tokenizer([s for s, _ in pairs], text_target=[t for _, t in pairs])
+    ids = [(s[: args.max_source_length], t[: args.max_target_length]) for s, t in zip(enc["input_ids"], enc["labels"])]
+    batches = [pad_batch(b, tokenizer.pad_token_id) for b in bucket_into_batches(ids, args.max_tokens_per_batch)]
+    return pairs, batches
+
+
+def training_batches(args, accelerator, dataset, parser, tokenizer, to_script, state: LoopState, checkpoint):
+    """The resumable batch stream of this process, restored from `checkpoint`, read ahead in a thread.
+
+    Returns the prefetching iterator (for its wait time and `close`) and an iterator of ``(batch, stream state)``
+    starting with the first batch: a source that fails on first read (offline Hub...) is a one-line error here.
+    """
+    if args.max_train_samples:
+        dataset = dataset.take(args.max_train_samples)  # rows of the file or Hub split (malformed ones included)
+    if accelerator.num_processes > 1:
+        from datasets.distributed import split_dataset_by_node
+
+        dataset = split_dataset_by_node(dataset, rank=accelerator.process_index, world_size=accelerator.num_processes)
+    stream = TranslationBatchStream(
+        dataset,
+        parser,
+        tokenizer,
+        max_tokens=args.max_tokens_per_batch,
+        max_source_length=args.max_source_length,
+        max_target_length=args.max_target_length,
+        overlong=args.overlong_pairs,
+        shuffle_buffer_size=args.shuffle_buffer_size,
+        seed=args.seed + accelerator.process_index,
+        target_transform=to_script,
+    )
+    saved = resume(accelerator, checkpoint, state, stream)
+    prefetch = PrefetchIterator(iter(stream))
+    try:
+        first = next(prefetch)
+    except DataSourceError:
+        raise
+    except Exception as error:
+        raise DataSourceError(
+            f"cannot read training data from {args.train_file or args.dataset_name}: "
+            f"{str(error).splitlines()[0] if str(error) else type(error).__name__} — pass local files with --train_file"
+        ) from error
+    return prefetch, chain([first], prefetch), saved
