@@ -58,7 +58,7 @@ CURVES_FILE = "training_curves.png"
 # What a finished or interrupted run leaves in --output_dir; --overwrite_output_dir removes exactly these.
 RUN_FILES = ("all_results.json", "log_history.json", CURVES_FILE, "config.json", "model.safetensors",
              "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")  # fmt: skip
-RUN_FOLDERS = ("runs", "hub", "tokenizer")
+RUN_FOLDERS = ("runs", "hub", "tokenizer", "best_model", ".tmp-best_model")
 
 
 # --------------------------------------------------------------------------------------------------------------------

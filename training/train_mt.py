@@ -19,6 +19,7 @@ Checkpoints: `checkpointing.py` (``output_dir/step_N``, written atomically, ``--
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from nanoformer.training.arguments import (
     positive_int,
     unit_interval,
 )
+from nanoformer.training.average_checkpoints import load_averaged_weights, select_checkpoints
 from nanoformer.training.data import (
     DataSourceError,
     describe_counters,
@@ -51,6 +53,7 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 logger = get_logger(__name__)
 TRAINER = "train_mt"
+BEST_MODEL_DIR = "best_model"  # the best evaluated weights, with --load_best_model_at_end
 # The paper's recipe: defaults of the shared flags (training/common.py) for this trainer.
 RECIPE = {
     "learning_rate": 5e-4,
@@ -150,13 +153,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mt.add_argument(
         "--num_sample_translations", type=non_negative_int, default=3, help="Sample translations logged per eval."
     )
-    mt.add_argument(
+    final = p.add_argument_group("the final model: best, or an average of the last checkpoints")
+    final.add_argument(
+        "--metric_for_best_model",
+        "--early_stopping_metric",
+        default="bleu",
+        choices=("bleu", "loss"),
+        help="Validation metric that decides the best model and early stopping.",
+    )
+    final.add_argument(
+        "--load_best_model_at_end",
+        action="store_true",
+        help="Make the final model the best evaluated one (its weights are kept in output_dir/best_model while "
+        "training); all_results.json says which step it came from.",
+    )
+    final.add_argument(
         "--early_stopping_patience",
         type=positive_int,
         default=None,
-        help="Stop after this many evaluations without improvement of --early_stopping_metric.",
+        help="Stop after this many evaluations without improvement of --metric_for_best_model; implies "
+        "--load_best_model_at_end.",
     )
-    mt.add_argument("--early_stopping_metric", default="bleu", choices=("bleu", "loss"), help="Metric watched.")
+    final.add_argument(
+        "--average_last_checkpoints",
+        type=positive_int,
+        default=None,
+        help="Make the final model the average of the last N checkpoints, spaced --checkpointing_steps apart (the "
+        "paper's 'average of the last 5 checkpoints'); it is evaluated next to the last checkpoint's model.",
+    )
     p.set_defaults(**RECIPE)
     args = p.parse_args(argv)
     common.check_common_arguments(args, p, TRAINER)
@@ -193,6 +217,20 @@ def check_arguments(args: argparse.Namespace, p: argparse.ArgumentParser) -> Non
         p.error("--num_train_epochs: the translator trainer counts whole passes over its stream; give an integer")
     if not args.max_train_steps:
         args.max_train_steps = 10**9 if args.num_train_epochs else DEFAULT_MAX_TRAIN_STEPS
+    if args.early_stopping_patience is not None:
+        args.load_best_model_at_end = True  # as HF's EarlyStoppingCallback: stopping late must not cost the best model
+    n_average = args.average_last_checkpoints
+    if n_average is not None and args.load_best_model_at_end:
+        p.error("--average_last_checkpoints and --load_best_model_at_end/--early_stopping_patience each choose the "
+                "final model; give one")  # fmt: skip
+    if n_average is not None and n_average < 2:
+        p.error("--average_last_checkpoints must be at least 2 (1 is the last checkpoint itself)")
+    if n_average is not None and args.checkpoints_total_limit is not None and args.checkpoints_total_limit < n_average:
+        p.error(f"--checkpoints_total_limit {args.checkpoints_total_limit} keeps fewer checkpoints than "
+                f"--average_last_checkpoints {n_average} averages")  # fmt: skip
+    if n_average is not None and n_average * args.checkpointing_steps > args.max_train_steps + args.checkpointing_steps:
+        p.error(f"--average_last_checkpoints {n_average}: --max_train_steps {args.max_train_steps} leaves fewer "
+                f"checkpoints {args.checkpointing_steps} steps apart; lower N or --checkpointing_steps")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -290,6 +328,7 @@ def train(args: argparse.Namespace) -> dict:
         args, accelerator, model, optimizer, scheduler, prefetch, batches, state, evaluate, data_state, run_start
     )
     prefetch.close()
+    last_results = choose_final_model(args, accelerator, model, state, evaluate, last_results, data_state)
     return finish(args, accelerator, model, tokenizer, state, stop_reason, last_results, data_state, run_start, {
         "eval_samples": len(eval_pairs), "num_parameters": n_params,
     })  # fmt: skip
@@ -345,8 +384,10 @@ def train_loop(args, accelerator, model, optimizer, scheduler, prefetch, batches
             stop_reason = "max_train_minutes" if out_of_time else "num_train_epochs"
         if evaluate is not None and (state.step % args.eval_steps == 0 or last):
             last_results = evaluate(model, state.step, data_state["counters"])
-            key = "eval_bleu" if args.early_stopping_metric == "bleu" else "eval_loss"
-            state.record_eval(last_results[key], higher_is_better=key == "eval_bleu")
+            key = f"eval_{args.metric_for_best_model}"
+            improved = state.record_eval(last_results[key], higher_is_better=key == "eval_bleu")
+            if improved and args.load_best_model_at_end:
+                save_best_model(accelerator, model, args.output_dir)
             if args.early_stopping_patience is not None and state.bad_evals >= args.early_stopping_patience:
                 logger.info(f"Early stopping at step {state.step}: {key} has not improved for {state.bad_evals} evals")
                 stop_reason, last = "early_stopping", True
@@ -421,6 +462,45 @@ def log_train(args, accelerator, state: common.LoopState, scheduler, interval: d
         accelerator.log({f"train/{k}": v for k, v in record.items() if k != "step"}, step=state.step)
 
 
+def save_best_model(accelerator, model, output_dir: str) -> None:
+    """Keep the weights of the best evaluation so far in ``output_dir/best_model`` (a temporary folder renamed into
+    place, so a killed run keeps the previous best)."""
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        best = Path(output_dir) / BEST_MODEL_DIR
+        tmp = best.with_name(f".tmp-{BEST_MODEL_DIR}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        accelerator.unwrap_model(model).save_pretrained(tmp)
+        shutil.rmtree(best, ignore_errors=True)
+        tmp.rename(best)
+    accelerator.wait_for_everyone()
+
+
+def choose_final_model(args, accelerator, model, state, evaluate, last: dict, data_state) -> dict:
+    """Load the final model's weights into `model` (the last step's, the best evaluated, or the average of the last
+    checkpoints) and return its evaluation results, with the last step's scores kept as ``last_step_*``."""
+    kept = {f"last_step_{k}": last.get(k) for k in ("eval_loss", "eval_ppl", "eval_bleu")}
+    unwrapped = accelerator.unwrap_model(model)
+    if args.load_best_model_at_end and state.best_step is not None and state.best_step != state.step:
+        best_dir = Path(args.output_dir) / BEST_MODEL_DIR
+        if not (best_dir / "model.safetensors").is_file():
+            raise common.UsageError(f"--load_best_model_at_end: {best_dir} (the step {state.best_step} model) is gone")
+        load_averaged_weights(unwrapped, [best_dir])
+        record = next(r for r in reversed(state.history) if r["step"] == state.best_step and "eval_loss" in r)
+        logger.info(f"Final model: the best evaluated one (step {state.best_step}, {args.metric_for_best_model})")
+        return {**last, **record, **kept, "final_model": "best", "final_model_steps": [state.best_step]}
+    if args.average_last_checkpoints:
+        chosen = select_checkpoints(args.output_dir, last=args.average_last_checkpoints, every=args.checkpointing_steps)
+        steps = [step for step, _ in chosen]
+        load_averaged_weights(unwrapped, [path for _, path in chosen])
+        logger.info(f"Final model: the average of the checkpoints of steps {steps}")
+        if evaluate is not None:
+            last = evaluate(model, state.step, data_state["counters"])
+            state.history.pop()  # the curves show the training run; the average is reported in all_results.json
+        return {**last, **kept, "final_model": "average", "final_model_steps": steps}
+    return {**last, **kept, "final_model": "last", "final_model_steps": [state.step]}
+
+
 def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_state, t0, info) -> dict:
     """Results, the final model and files in output_dir, the trackers closed, then the optional push."""
     counters = reduce_counters(accelerator, data_state["counters"])
@@ -430,10 +510,12 @@ def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_s
         "step": state.step,
         "stop_reason": stop_reason,
         **{k: last.get(k) for k in ("eval_loss", "eval_ppl", "eval_bleu", "bleu_signature")},
+        **{k: last[k] for k in ("final_model", "final_model_steps")},
+        **{k: v for k, v in last.items() if k.startswith("last_step_")},
         "eval_samples": info["eval_samples"],
         "num_beams": args.num_beams,
         "best_step": state.best_step,
-        "best_metric": None if state.best_step is None else f"eval_{args.early_stopping_metric}",
+        "best_metric": None if state.best_step is None else f"eval_{args.metric_for_best_model}",
         "best_metric_value": state.best_metric,
         "early_stopped": stop_reason == "early_stopping",
         "train_runtime": state.runtime_before + time.perf_counter() - t0,
