@@ -4,6 +4,8 @@ The field names are nanoGPT's (`block_size`, `n_layer`, `n_head`, `n_embd`, `dro
 exposes them under the names the rest of transformers reads (`hidden_size`, `num_hidden_layers`, ...).
 """
 
+from typing import ClassVar
+
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -131,6 +133,8 @@ class NanoGPTConfig(PreTrainedConfig):
     position_embedding_type: str = "learned"
     rope_theta: float = 10000.0
     # `rope_parameters` and `sliding_window` are not fields: see `__post_init__` and the `sliding_window` property.
+    # They are still constructor arguments, which tools that validate config keys (e.g. --config_overrides) accept.
+    init_only_keys: ClassVar[tuple[str, ...]] = ("rope_parameters", "sliding_window")
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True
     use_cache: bool = True

@@ -102,6 +102,8 @@ def parse_config_overrides(overrides: str | None, config: PretrainedConfig | typ
     if isinstance(config, type):
         config = config()
     known = {k: v for k, v in config.to_dict().items() if k not in _NOT_OVERRIDABLE and not k.startswith("_")}
+    # Constructor arguments that are not stored as fields in every layout (NanoGPT's rope_parameters): any JSON value.
+    known.update({k: None for k in getattr(type(config), "init_only_keys", ()) if k not in known})
 
     def check_key(key: str) -> None:
         if key not in known:
