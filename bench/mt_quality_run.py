@@ -48,11 +48,11 @@ COMMON = [
 MARIAN_RECIPE = ["--max_tokens_per_batch", "4096", "--warmup_steps", "400", "--noam_scale", "0.32"]
 # Ours: the winner of bench/mt_recipe_sweep.py (table in bench/mt_recipe_sweep.md) at the same size, batches and
 # vocabulary: no dropout, twice the paper's peak lr (2e-3 after the same 400 warmup steps), and the final model the
-# average of the last 2 checkpoints 50 updates apart.
+# average of the last 4 checkpoints 25 updates apart.
 OURS_CONFIG = ",dropout=0.0"
 OURS_RECIPE = [
     "--max_tokens_per_batch", "4096", "--warmup_steps", "400", "--noam_scale", "0.64",
-    "--checkpointing_steps", "50", "--average_last_checkpoints", "2",
+    "--checkpointing_steps", "25", "--average_last_checkpoints", "4",
 ]  # fmt: skip
 
 

@@ -19,7 +19,6 @@ Checkpoints: `checkpointing.py` (``output_dir/step_N``, written atomically, ``--
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 
@@ -36,7 +35,6 @@ from nanoformer.training.arguments import (
     positive_int,
     unit_interval,
 )
-from nanoformer.training.average_checkpoints import load_averaged_weights, select_checkpoints
 from nanoformer.training.data import (
     DataSourceError,
     describe_counters,
@@ -45,6 +43,7 @@ from nanoformer.training.data import (
     skipped_rows,
 )
 from nanoformer.training.data.source import LOCAL_SUFFIXES
+from nanoformer.training.final_model import choose_final_model, save_best_model
 from nanoformer.training.mt_evaluation import ZH_SCRIPTS, make_evaluate, zh_script_converter
 from nanoformer.training.mt_setup import load_or_train_tokenizer, load_validation, open_train_source, training_batches
 from nanoformer.training.schedules import get_schedule
@@ -53,7 +52,6 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
 logger = get_logger(__name__)
 TRAINER = "train_mt"
-BEST_MODEL_DIR = "best_model"  # the best evaluated weights, with --load_best_model_at_end
 # The paper's recipe: defaults of the shared flags (training/common.py) for this trainer.
 RECIPE = {
     "learning_rate": 5e-4,
@@ -460,45 +458,6 @@ def log_train(args, accelerator, state: common.LoopState, scheduler, interval: d
     progress.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
     if args.with_tracking:
         accelerator.log({f"train/{k}": v for k, v in record.items() if k != "step"}, step=state.step)
-
-
-def save_best_model(accelerator, model, output_dir: str) -> None:
-    """Keep the weights of the best evaluation so far in ``output_dir/best_model`` (a temporary folder renamed into
-    place, so a killed run keeps the previous best)."""
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        best = Path(output_dir) / BEST_MODEL_DIR
-        tmp = best.with_name(f".tmp-{BEST_MODEL_DIR}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        accelerator.unwrap_model(model).save_pretrained(tmp)
-        shutil.rmtree(best, ignore_errors=True)
-        tmp.rename(best)
-    accelerator.wait_for_everyone()
-
-
-def choose_final_model(args, accelerator, model, state, evaluate, last: dict, data_state) -> dict:
-    """Load the final model's weights into `model` (the last step's, the best evaluated, or the average of the last
-    checkpoints) and return its evaluation results, with the last step's scores kept as ``last_step_*``."""
-    kept = {f"last_step_{k}": last.get(k) for k in ("eval_loss", "eval_ppl", "eval_bleu")}
-    unwrapped = accelerator.unwrap_model(model)
-    if args.load_best_model_at_end and state.best_step is not None and state.best_step != state.step:
-        best_dir = Path(args.output_dir) / BEST_MODEL_DIR
-        if not (best_dir / "model.safetensors").is_file():
-            raise common.UsageError(f"--load_best_model_at_end: {best_dir} (the step {state.best_step} model) is gone")
-        load_averaged_weights(unwrapped, [best_dir])
-        record = next(r for r in reversed(state.history) if r["step"] == state.best_step and "eval_loss" in r)
-        logger.info(f"Final model: the best evaluated one (step {state.best_step}, {args.metric_for_best_model})")
-        return {**last, **record, **kept, "final_model": "best", "final_model_steps": [state.best_step]}
-    if args.average_last_checkpoints:
-        chosen = select_checkpoints(args.output_dir, last=args.average_last_checkpoints, every=args.checkpointing_steps)
-        steps = [step for step, _ in chosen]
-        load_averaged_weights(unwrapped, [path for _, path in chosen])
-        logger.info(f"Final model: the average of the checkpoints of steps {steps}")
-        if evaluate is not None:
-            last = evaluate(model, state.step, data_state["counters"])
-            state.history.pop()  # the curves show the training run; the average is reported in all_results.json
-        return {**last, **kept, "final_model": "average", "final_model_steps": steps}
-    return {**last, **kept, "final_model": "last", "final_model_steps": [state.step]}
 
 
 def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_state, t0, info) -> dict:
