@@ -9,6 +9,8 @@ from .modeling_translator import (
     TranslatorForConditionalGeneration,
     TranslatorModel,
     TranslatorPreTrainedModel,
+    decoding_budget,
+    encode_sources,
     shift_tokens_right,
 )
 from .pipeline_translator import TranslatorPipeline
@@ -30,5 +32,7 @@ __all__ = [
     "TranslatorModel",
     "TranslatorPipeline",
     "TranslatorPreTrainedModel",
+    "decoding_budget",
+    "encode_sources",
     "shift_tokens_right",
 ]

@@ -15,6 +15,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
+from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
@@ -383,6 +384,20 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    def _get_stopping_criteria(self, generation_config, stopping_criteria, *args, **kwargs) -> StoppingCriteriaList:
+        """transformers' stopping criteria, minus the "exceeded the model's predefined maximum length" reminder.
+
+        `MaxLengthCriteria` logs that reminder once a sequence is longer than `config.max_position_embeddings`
+        (here `block_size`, which RoPE scaling also reads as the trained context, so it stays mapped). Going past
+        `block_size` is this model's documented behaviour (see `prepare_inputs_for_generation`), not a mistake to
+        warn about; the length limit itself (`max_length` / `max_new_tokens`) is untouched.
+        """
+        criteria = super()._get_stopping_criteria(generation_config, stopping_criteria, *args, **kwargs)
+        for criterion in criteria:
+            if isinstance(criterion, MaxLengthCriteria):
+                criterion.max_position_embeddings = None  # the reminder's only trigger
+        return criteria
 
     def prepare_inputs_for_generation(
         self,

@@ -47,6 +47,37 @@ from .pipeline_translator import TranslatorPipeline
 EXTRA_TARGET_TOKENS = 50
 
 
+# The translator's length rule, in one place: `generate()`, the training-time evaluation and `score_mt` all use
+# these two functions (nanoformer.training imports them from here; remote code gets them with this file).
+def decoding_budget(source_length: int, max_positions: int | None) -> int:
+    """`max_new_tokens` for a source of `source_length` tokens: source length + 50 (§6.1), capped so that the whole
+    decoder sequence (start token + output) fits the `max_positions` position table (None: no cap)."""
+    budget = source_length + EXTRA_TARGET_TOKENS
+    if max_positions is not None:
+        budget = min(budget, max_positions - 1)
+    return max(1, budget)
+
+
+def encode_sources(tokenizer, texts: list[str], max_length: int | None) -> tuple[list[list[int]], int]:
+    """Token ids of `texts`, each cut to at most `max_length` tokens (still ending with the tokenizer's `</s>`),
+    and how many were cut. `max_length` None: no cut.
+
+    Tokenized with truncation at `max_length + 1` first, so an overlong line is found (and counted) without ever
+    encoding all of it and without the tokenizer's "sequence length is longer than ..." warning; only the few
+    overlong lines are encoded a second time at `max_length`, which lets the tokenizer keep its special tokens.
+    """
+    texts = list(texts)
+    if max_length is None:
+        return tokenizer(texts)["input_ids"], 0
+    ids = tokenizer(texts, truncation=True, max_length=max_length + 1)["input_ids"]
+    overlong = [i for i, row in enumerate(ids) if len(row) > max_length]
+    if overlong:
+        cut = tokenizer([texts[i] for i in overlong], truncation=True, max_length=max_length)["input_ids"]
+        for i, row in zip(overlong, cut):
+            ids[i] = row
+    return ids, len(overlong)
+
+
 def sinusoidal_positions(positions: torch.Tensor, dim: int) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/dim)), PE(pos, 2i+1) = cos(pos / 10000^(2i/dim)), shape (len, dim).
 
@@ -680,8 +711,8 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
         """`GenerationMixin.generate` with the paper's length rule and a source mask derived from padding.
 
         Unless the call passes `max_length` or `max_new_tokens` (or the generation config in use sets
-        `max_new_tokens`), at most source length + 50 tokens are generated (§6.1), never beyond the config's
-        `max_length` (by default `max_position_embeddings`, the decoder's position limit). A fixed `max_length`
+        `max_new_tokens`), at most source length + 50 tokens are generated (§6.1, `decoding_budget`), never beyond
+        the config's `max_length` or `max_position_embeddings` (the decoder's position limit). A fixed `max_length`
         alone cannot express a bound relative to the source, hence this wrapper. Without an `attention_mask`,
         padded source rows are masked using `pad_token_id`.
         """
@@ -696,8 +727,9 @@ class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMi
                 source_length = kwargs["encoder_outputs"][0].shape[1]
             else:
                 source_length = 0
-            cap = config.max_length or self.config.max_position_embeddings
-            kwargs["max_new_tokens"] = max(1, min(source_length + EXTRA_TARGET_TOKENS, cap - 1))
+            positions = self.config.max_position_embeddings
+            cap = min(config.max_length or positions, positions)  # a larger max_length cannot lift the table's end
+            kwargs["max_new_tokens"] = decoding_budget(source_length, cap)
         if kwargs.get("max_new_tokens") is None or kwargs.get("max_length") is not None:
             return super().generate(inputs, generation_config, **kwargs)
         # `max_new_tokens` decides this call: hide the stored `max_length` cap meanwhile, or transformers logs
@@ -716,10 +748,13 @@ TranslatorModel.register_for_auto_class("AutoModel")
 TranslatorForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 __all__ = [
+    "EXTRA_TARGET_TOKENS",
     "TranslatorForConditionalGeneration",
     "TranslatorModel",
     "TranslatorPipeline",
     "TranslatorPreTrainedModel",
+    "decoding_budget",
+    "encode_sources",
     "shift_tokens_right",
     "sinusoidal_positions",
 ]

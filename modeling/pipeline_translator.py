@@ -1,4 +1,4 @@
-"""`TranslatorPipeline`: text in, `[{"translation_text": ...}]` out.
+"""`TranslatorPipeline`: text in, `[{"translation_text": ...}]` out (one dict per input for a list of texts).
 
 transformers 5 removed the built-in "translation" task. This small `Pipeline` subclass replaces it:
 - in-process: `TranslatorPipeline(model=model, tokenizer=tokenizer)("Hello.")`;
@@ -33,8 +33,15 @@ class TranslatorPipeline(Pipeline):
         return {}, generate_kwargs, {}
 
     def __call__(self, text: str | list[str], **generate_kwargs) -> list[dict] | list[list[dict]]:
-        """`text`: a string → `[{"translation_text": ...}]`; a list of strings → one such list per string."""
-        return super().__call__(text, **generate_kwargs)
+        """`text`: a string → `[{"translation_text": ...}]` (one dict per returned sequence); a list of strings → one
+        `{"translation_text": ...}` per string, as transformers 4's translation pipeline returned, or one list per
+        string when `num_return_sequences` > 1."""
+        results = super().__call__(text, **generate_kwargs)
+        # transformers 4's Text2TextGenerationPipeline rule: a list of strings whose results are all single
+        # sequences comes back flat, so `[r["translation_text"] for r in pipe(texts)]` works.
+        if isinstance(text, list) and all(isinstance(t, str) for t in text) and all(len(r) == 1 for r in results):
+            return [r[0] for r in results]
+        return results
 
     def preprocess(self, text: str) -> dict:
         if not isinstance(text, str):

@@ -57,3 +57,27 @@ def char_tokenizer(shared_data):
     from nanoformer.tokenization import build_char_tokenizer
 
     return build_char_tokenizer((shared_data / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def transformers_warnings():
+    """The messages transformers logs at WARNING or above while the test runs (its loggers do not propagate to
+    pytest's caplog). `warning_once` messages are forgotten first, so one logged by an earlier test shows again."""
+    import logging
+
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    once = getattr(logging.Logger, "warning_once", None)  # transformers' lru_cache'd method
+    if hasattr(once, "cache_clear"):
+        once.cache_clear()
+    handler = Collect(level=logging.WARNING)
+    library_root = logging.getLogger("transformers")
+    library_root.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        library_root.removeHandler(handler)

@@ -92,6 +92,18 @@ def test_cli_writes_a_loadable_folder_with_tied_weights(run, averaged):
         assert torch.equal(logits, reference(input_ids=ids, decoder_input_ids=decoder_ids).logits)
 
 
+def test_saved_tokenizer_carries_the_models_position_limit(run, bpe_tokenizer_dir, tmp_path):
+    from nanoformer.training.average_checkpoints import save_averaged_model
+
+    def saved_limit(folder: Path) -> int:
+        return json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))["model_max_length"]
+
+    assert saved_limit(bpe_tokenizer_dir) == 1024  # a freshly trained tokenizer's default
+    out = save_averaged_model([run / "step_8", run / "step_12"], tmp_path / "avg", tokenizer_dir=bpe_tokenizer_dir)
+    assert saved_limit(out) == json.loads((out / "config.json").read_text())["max_position_embeddings"] == 512
+    assert saved_limit(run) == 512  # train_mt's final save too
+
+
 REMOTE_SCRIPT = textwrap.dedent(
     """
     import sys

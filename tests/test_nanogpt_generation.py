@@ -1,5 +1,7 @@
 """generate() with NanoGPT: KV cache, beams, left padding, past block_size, attention backends."""
 
+import logging
+
 import pytest
 import torch
 from nanogpt_helpers import BLOCK, VARIANTS, prompts, sharp_model
@@ -84,6 +86,23 @@ def test_generation_past_block_size(model, use_cache):
     else:  # RoPE: a sliding window of block_size, in the cache and in a full forward alike (tests below)
         reference = model.generate(x, max_new_tokens=new, do_sample=False, pad_token_id=PAD, use_cache=not use_cache)
         assert torch.equal(out, reference)
+
+
+def test_generation_past_block_size_logs_no_length_reminder(model, transformers_warnings):
+    """Going past block_size is documented behaviour: transformers' "exceeded the model's predefined maximum length"
+    reminder (MaxLengthCriteria vs max_position_embeddings = block_size) must not be printed."""
+    from transformers.generation.stopping_criteria import MaxLengthCriteria
+
+    # Control: the criterion itself still warns when asked to, and the fixture sees it.
+    MaxLengthCriteria(max_length=10, max_position_embeddings=2)(torch.zeros(1, 5, dtype=torch.long), None)
+    assert any("predefined maximum length" in m for m in transformers_warnings)
+    transformers_warnings.clear()
+    logging.Logger.warning_once.cache_clear()  # the control's reminder must not hide a later one
+    for use_cache in (True, False):
+        out = model.generate(prompts(1, 5), max_new_tokens=BLOCK + 8, do_sample=False, pad_token_id=PAD,
+                             use_cache=use_cache)  # fmt: skip
+        assert out.shape[1] == 5 + BLOCK + 8  # the length limit itself still applies
+    assert not [m for m in transformers_warnings if "maximum length" in m], transformers_warnings
 
 
 def test_learned_positions_past_block_size_with_left_padding():

@@ -107,6 +107,9 @@ def test_output_folder_complete_and_loadable(trained):
     assert results["step"] == 40 and results["train_tokens_per_second"] > 0
     assert "tok:zh" in results["bleu_signature"]
     assert read_json(trained / "config.json")["label_smoothing"] == 0.1  # what the model was trained with
+    # The saved tokenizer's limit is the model's position table, not the tokenizer's default 1024.
+    assert read_json(trained / "tokenizer_config.json")["model_max_length"] == 512
+    assert read_json(trained / "config.json")["max_position_embeddings"] == 512
 
     model = AutoModelForSeq2SeqLM.from_pretrained(trained)
     tokenizer = AutoTokenizer.from_pretrained(trained)

@@ -59,6 +59,23 @@ def test_overlong_pairs_truncated_or_dropped(tmp_path, bpe_tokenizer):
     assert state["counters"]["dropped_overlong"] == 1 and batch["input_ids"].shape[0] == 1
 
 
+def test_a_very_long_row_is_counted_without_the_tokenizers_length_warning(
+    tmp_path, bpe_tokenizer_dir, transformers_warnings
+):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(bpe_tokenizer_dir)  # fresh: its once-only warning not yet spent
+    long = " ".join(f"word{i % 97}" for i in range(1500))  # ~3000 tokens, past model_max_length (1024)
+    rows = [{"translation": {"en": "Hi.", "zh": "嗨。"}}, {"translation": {"en": long, "zh": "长" * 2000}}]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    batch, state = next(iter(stream_for(path, tokenizer, overlong="truncate")))
+    assert state["counters"]["truncated_overlong"] == 1 and batch["input_ids"].shape[1] == 32
+    for key in ("input_ids", "labels"):  # truncated rows still end with </s>
+        assert (batch[key] == tokenizer.eos_token_id).sum() == 2, key
+    assert not [m for m in transformers_warnings if "longer than the specified maximum" in m], transformers_warnings
+
+
 def test_tsv_with_header_and_missing_file(tmp_path, bpe_tokenizer):
     path = tmp_path / "pairs.tsv"
     path.write_text("zh\ten\n你好。\tHello.\nonly one column\n谢谢。\tThanks.\n", encoding="utf-8")

@@ -325,6 +325,24 @@ def test_default_generation_follows_the_paper():
     assert not torch.equal(default, model.generate(short, num_beams=1, max_new_tokens=4 + 50))
 
 
+def test_length_rule_budget_is_source_plus_50_capped_to_the_position_table():
+    from nanoformer.modeling import decoding_budget
+
+    assert decoding_budget(8, 64) == 8 + 50
+    assert decoding_budget(20, 64) == 63  # start token + 63 new tokens = the 64 positions
+    assert decoding_budget(64, 64) == 63
+    assert decoding_budget(1000, None) == 1050
+    # generate() uses the same rule: a source near the table's end decodes to the end and stops there, no error.
+    model = contextful_model()
+    source = torch.randint(4, VOCAB, (1, 60), generator=torch.Generator().manual_seed(0))
+    source[0, -1] = EOS
+    out = model.generate(input_ids=source, num_beams=2, min_new_tokens=63)
+    assert out.shape[1] == 64
+    # A generation config whose max_length is past the table cannot lift the cap.
+    model.generation_config.max_length = 1000
+    assert model.generate(input_ids=source, num_beams=1, min_new_tokens=63).shape[1] == 64
+
+
 # ---------------------------------------------------------------- loss
 
 

@@ -60,9 +60,20 @@ def test_pipeline_equals_generate_then_decode(model, tokenizer):
 def test_pipeline_batches(model, tokenizer):
     translator = TranslatorPipeline(model=model, tokenizer=tokenizer, max_new_tokens=6)
     singles = [translator(text) for text in TEXTS]
-    assert translator(TEXTS) == singles
+    assert all(len(single) == 1 for single in singles)  # a string: [{"translation_text": ...}]
+    # A list: one dict per input, as transformers 4's translation pipeline returned.
+    assert translator(TEXTS) == [single[0] for single in singles]
     # Padded batches (right padding, masked source) give the same translations as one at a time.
-    assert translator(TEXTS, batch_size=2) == singles
+    assert translator(TEXTS, batch_size=2) == [single[0] for single in singles]
+    assert translator(TEXTS[:1]) == singles[0]
+
+
+def test_pipeline_list_with_several_sequences_per_input_stays_nested(model, tokenizer):
+    translator = TranslatorPipeline(model=model, tokenizer=tokenizer, max_new_tokens=6, num_beams=3)
+    results = translator(TEXTS, num_return_sequences=2)
+    assert [len(r) for r in results] == [2, 2]
+    assert all(set(d) == {"translation_text"} for r in results for d in r)
+    assert results[0] == translator(TEXTS[0], num_return_sequences=2)
 
 
 def test_pipeline_rejects_empty_and_overlong_text(model, tokenizer):
@@ -97,6 +108,7 @@ REMOTE_SCRIPT = textwrap.dedent(
         "greedy": model.generate(**batch, num_beams=1, max_new_tokens=8).tolist(),
         "beam": model.generate(**batch, max_new_tokens=8).tolist(),
         "pipeline": translator(texts[0]),
+        "pipeline_list": translator(texts),
     }))
     """
 )
@@ -126,3 +138,5 @@ def test_saved_folder_works_as_remote_code_without_nanoformer(model, tokenizer, 
     assert remote["greedy"] == model.generate(**batch, num_beams=1, max_new_tokens=8).tolist()
     assert remote["beam"] == model.generate(**batch, max_new_tokens=8).tolist()
     assert remote["pipeline"] == [{"translation_text": reference(model, tokenizer, TEXTS[0])}]
+    # pipeline("translation", ...) on a list: one dict per input (not [[{...}], [{...}]]).
+    assert remote["pipeline_list"] == [{"translation_text": reference(model, tokenizer, text)} for text in TEXTS]

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import nanoformer.modeling  # noqa: F401  (registers "translator" and "nanogpt" with the Auto classes)
 import torch
+from nanoformer.tokenization import match_model_max_length
 from nanoformer.training.checkpointing import META_NAME, list_checkpoints, read_meta
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -376,7 +377,7 @@ def save_averaged_model(
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(output_dir)
-        tokenizer.save_pretrained(output_dir)
+        match_model_max_length(tokenizer, model.config).save_pretrained(output_dir)
         record = {
             "inputs": [str(path) for path in paths],
             "steps": steps,

@@ -12,7 +12,7 @@ scaffolding around it:
 - `LoopState`: the typed training-loop bookkeeping (step, history, timers, counters, best score) that checkpoints
   carry (`state_dict` / `load_state_dict`).
 - `resume`, `save`: checkpoint round trip of accelerator state, loop state and data position.
-- `save_final`: model, tokenizer, ``all_results.json``, ``log_history.json``, ``training_curves.png``.
+- `save_final`: model, tokenizer (its ``model_max_length`` = the model's position table), ``all_results.json``, ``log_history.json``, ``training_curves.png``.
 - `export_and_push`: a Hub export of the final model, then the upload.
 - `StopOnSignal`: SIGTERM/SIGINT finish the current update, checkpoint and exit with `PREEMPTED_EXIT_CODE`.
 - `CliParser` / `run_cli`: one error policy: one line naming the problem, exit status 2, no traceback.
@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from nanoformer.tokenization import match_model_max_length
 from nanoformer.training.arguments import (  # noqa: F401 - CliParser and run_cli re-exported for the trainers
     CliParser,
     UsageError,
@@ -423,7 +424,7 @@ def save_final(
     model.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
     if not accelerator.is_main_process:
         return
-    tokenizer.save_pretrained(output_dir)
+    match_model_max_length(tokenizer, model.config).save_pretrained(output_dir)  # the saved limit is the model's
     write_all_results(output_dir, results)
     with open(Path(output_dir) / "log_history.json", "w", encoding="utf-8") as f:
         json.dump(history, f, indent=1)

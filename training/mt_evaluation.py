@@ -7,6 +7,7 @@ it works offline); it wraps `sacrebleu` with the ``zh`` tokenizer and returns th
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from accelerate.logging import get_logger
+from nanoformer.modeling import decoding_budget, encode_sources
 
 logger = get_logger(__name__)  # logs on the main process only
 SACREBLEU_METRIC_PATH = str(Path(__file__).resolve().parent / "metrics" / "sacrebleu_zh.py")
 ZH_SCRIPTS = ("as-is", "simplified", "traditional")
-EXTRA_TARGET_TOKENS = 50  # the paper's length bound: at most source length + 50 output tokens (§6.1)
 
 
 def zh_script_converter(zh_script: str) -> Callable[[str], str] | None:
@@ -49,44 +50,57 @@ def compute_bleu(
     )
 
 
+def position_limit(model) -> int | None:
+    """The longest sequence the model's position table takes (`max_position_embeddings`), or None."""
+    return getattr(model.config, "max_position_embeddings", None)
+
+
 @torch.no_grad()
 def translate(
     model,
     tokenizer,
     sources: Sequence[str],
     *,
-    num_beams: int = 4,
+    num_beams: int | None = 4,
     batch_size: int = 64,
     max_source_length: int | None = None,
     max_target_length: int | None = None,
     device: torch.device | str | None = None,
+    counters: Counter | None = None,
 ) -> list[str]:
     """Translate `sources` in batches of similar length (sorted, then restored to the input order).
 
-    Each batch decodes at most ``source length + 50`` new tokens (the paper's bound), capped at `max_target_length`.
+    The translator's length rule (`nanoformer.modeling.encode_sources` / `decoding_budget`, the ones `generate()`
+    uses): sources are cut to `max_source_length` tokens, never more than the model's position table holds, and
+    ``counters["truncated_sources"]`` counts the cut ones; each batch decodes at most ``source length + 50`` new
+    tokens, capped to fit the position table and at `max_target_length`. So no input line can make decoding fail.
+    `num_beams` None: the model's generation config decides.
     """
     if not sources:
         return []
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
-    encoded = tokenizer(list(sources), truncation=max_source_length is not None, max_length=max_source_length)[
-        "input_ids"
-    ]
+    positions = position_limit(model)
+    limits = [n for n in (max_source_length, positions) if n is not None]
+    encoded, n_cut = encode_sources(tokenizer, list(sources), min(limits) if limits else None)
+    if counters is not None:
+        counters["truncated_sources"] += n_cut
     order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
     outputs: list[str] = [""] * len(sources)
+    beams = {} if num_beams is None else {"num_beams": num_beams}
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         batch = tokenizer.pad({"input_ids": [encoded[i] for i in idx]}, return_tensors="pt").to(device)
-        max_new = batch["input_ids"].shape[1] + EXTRA_TARGET_TOKENS
+        max_new = decoding_budget(batch["input_ids"].shape[1], positions)
         if max_target_length is not None:
             max_new = min(max_new, max_target_length)
         generated = model.generate(
             input_ids=batch["input_ids"],
             attention_mask=batch["attention_mask"],
-            num_beams=num_beams,
             max_new_tokens=max_new,
             do_sample=False,
+            **beams,
         )
         for i, text in zip(idx, tokenizer.batch_decode(generated, skip_special_tokens=True)):
             outputs[i] = text.strip()
@@ -161,6 +175,7 @@ def evaluate_translation(
     results["eval_ppl"] = perplexity(results["eval_loss"])
     if with_bleu:
         mine = list(range(rank, len(pairs), world))
+        cut: Counter = Counter()
         with accelerator.autocast():
             hyps = translate(
                 model,
@@ -170,8 +185,13 @@ def evaluate_translation(
                 batch_size=batch_size,
                 max_source_length=max_source_length,
                 max_target_length=max_target_length,
+                counters=cut,
             )
         hypotheses = [h for _, h in sorted(_gather_objects(accelerator, list(zip(mine, hyps))))]
+        truncated = int(accelerator.reduce(torch.tensor(cut["truncated_sources"], device=accelerator.device), "sum"))
+        if truncated:  # reported only when it happens: most validation sets have no source that long
+            results["eval_truncated_sources"] = truncated
+            logger.warning(f"evaluation: {truncated} source(s) longer than the length limit were truncated")
         bleu = compute_bleu(hypotheses, [t for _, t in pairs])
         results["eval_bleu"] = bleu["score"]
         results["bleu_signature"] = bleu["signature"]

@@ -98,8 +98,15 @@ def load_validation(args, tokenizer, to_script) -> tuple[list[tuple[str, str]], 
     pairs = [(s, to_script(t) if to_script else t) for s, t in pairs]
     if not pairs:
         return [], []
-    enc = tokenizer([s for s, _ in pairs], text_target=[t for _, t in pairs])
-    ids = [(s[: args.max_source_length], t[: args.max_target_length]) for s, t in zip(enc["input_ids"], enc["labels"])]
+    # Truncation by the tokenizer keeps </s> on overlong pairs (and spares the "longer than the model" warning).
+    enc = tokenizer(
+        [s for s, _ in pairs],
+        text_target=[t for _, t in pairs],
+        truncation=True,
+        max_length=args.max_source_length,
+        max_target_length=args.max_target_length,
+    )
+    ids = list(zip(enc["input_ids"], enc["labels"]))
     batches = [pad_batch(b, tokenizer.pad_token_id) for b in bucket_into_batches(ids, args.max_tokens_per_batch)]
     return pairs, batches
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from accelerate.logging import get_logger
 from accelerate.utils import set_seed
 from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGeneration  # registers the Auto classes
+from nanoformer.tokenization import match_model_max_length
 from nanoformer.training import common
 from nanoformer.training.arguments import (
     non_negative_int,
@@ -303,6 +304,7 @@ def train(args: argparse.Namespace) -> dict:
         model = build_model(args, tokenizer)
     except (OSError, RuntimeError, ValueError) as error:  # e.g. --config_overrides that do not fit the saved weights
         raise DataSourceError(str(error).strip().splitlines()[0]) from error
+    match_model_max_length(tokenizer, model.config)  # what the model takes (512), not the tokenizer's default 1024
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(f"Model {type(model).__name__}: {n_params / 1e6:.2f}M parameters; {model.config.to_diff_dict()}")
     eval_pairs, eval_batches = load_validation(args, tokenizer, to_script)

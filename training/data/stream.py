@@ -152,7 +152,15 @@ class TranslationBatchStream:
             targets.append(self.target_transform(pair[1]) if self.target_transform else pair[1])
         if not sources:
             return
-        encoded = self.tokenizer(sources, text_target=targets)
+        # Cut one token past each limit: enough to tell an overlong pair (counted, truncated or dropped below), and a
+        # 3000-token line is neither encoded in full nor reported by the tokenizer as too long for the model.
+        encoded = self.tokenizer(
+            sources,
+            text_target=targets,
+            truncation=True,
+            max_length=self.max_source_length + 1,
+            max_target_length=self.max_target_length + 1,
+        )
         for src, tgt in zip(encoded["input_ids"], encoded["labels"]):
             too_long = len(src) > self.max_source_length or len(tgt) > self.max_target_length
             src, tgt = self._fit(src, self.max_source_length), self._fit(tgt, self.max_target_length)
