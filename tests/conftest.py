@@ -81,3 +81,15 @@ def transformers_warnings():
         yield messages
     finally:
         library_root.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one intra-op thread for a module: tiny models gain nothing from more, and on a busy 2-core machine
+    spinning threads make each op ~10x slower."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

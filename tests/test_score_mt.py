@@ -22,12 +22,7 @@ NORMAL = ["Tom is reading a book.", "Where is the station?", "I like tea."]
 TOKENIZER_WARNING = "longer than the specified maximum sequence length"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

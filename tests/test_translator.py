@@ -17,14 +17,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 VOCAB, PAD, BOS, EOS = 40, 0, 2, 3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine spinning threads make each
-    op ~10x slower."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 VARIANTS = {
     "post_ln": {},

@@ -14,12 +14,7 @@ from transformers import AutoTokenizer
 TEXTS = ["Tom is reading a book.", "It's raining again today, isn't it?"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -25,15 +25,10 @@ def reversal_batch(generator: torch.Generator, size: int) -> tuple[torch.Tensor,
     return input_ids, input_ids.ne(PAD).long(), labels
 
 
-@pytest.fixture
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def test_small_translator_learns_to_reverse_sequences(one_thread):
+def test_small_translator_learns_to_reverse_sequences():
     torch.manual_seed(0)
     config = TranslatorConfig(
         vocab_size=FIRST_SYMBOL + NUM_SYMBOLS, d_model=64, encoder_layers=2, decoder_layers=2,
