@@ -356,6 +356,9 @@ def finish(args, accelerator, model, tokenizer, state, evaluate, val_ids, start_
         if args.sample_max_new_tokens > 0:
             text = sample_text(unwrapped, tokenizer, args, args.sample_max_new_tokens)
             accelerator.print(f"--- final sample ---\n{text}\n---")
+    # Every process reaches this barrier before the process group is torn down: a process that left early while
+    # the main one was still sampling made the main one hang in gloo's destructor at exit.
+    accelerator.wait_for_everyone()
     accelerator.end_training()
     if args.push_to_hub and accelerator.is_main_process:
         push_model(unwrapped, tokenizer, args, results)

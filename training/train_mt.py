@@ -508,9 +508,10 @@ def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_s
         f"of step time; data: {describe_counters(counters)}",
         main_process_only=True,
     )
-    if args.with_tracking:
-        accelerator.end_training()
+    # All processes tear the process group down together (trackers finish too); one that exits while another still
+    # holds the group can leave that one hanging in gloo's destructor.
     accelerator.wait_for_everyone()
+    accelerator.end_training()
     if args.push_to_hub and accelerator.is_main_process:  # after the last barrier: a failed upload hangs no one
         metrics = {k: results[k] for k in ("eval_bleu", "eval_loss") if results.get(k) is not None}
         common.export_and_push(
