@@ -26,7 +26,8 @@ One test per block, in README order (`test_readme_block[L<line>-<lang>-<section>
     exactly what `.ci/run` runs (so CI installs and tests as the README says); they are not run again here.
 - Any other fence language fails the test.
 
-Offline (`HF_HUB_OFFLINE=1`, as CI runs the suite), a fresh `HF_HOME` (no accelerate config of the machine applies),
+Kept as written: `--vocab_size 8000` and the Tatoeba files (the BPE trains in about a second), nanoGPT's tiny LM
+recipe model, the sampling lengths. Offline (`HF_HUB_OFFLINE=1`, as CI runs the suite), a fresh `HF_HOME` (no accelerate config of the machine applies),
 one torch thread per process. The whole module takes about 1.5 minutes on 2 cores.
 """
 
@@ -297,7 +298,9 @@ def _check_average(argv, cwd, done):
 
 
 def _check_png(argv, cwd, done):
-    assert (cwd / flag_value(argv, "--output")).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    output = cwd / flag_value(argv, "--output")
+    pictures = sorted(output.glob("*.png")) if output.is_dir() else [output]
+    assert pictures and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pictures), pictures
 
 
 def _hub_mode(argv: list[str]) -> str:
@@ -553,7 +556,7 @@ def test_readme_block(block: Block, readme: ReadmeRun):
         for line in sorted({step.line for step in steps}):  # an install chain installs all that CI does, in order
             chain = [argv_of(s.main)[1] for s in steps if s.line == line]
             installs = [argv for argv in chain if program_of(argv) == "pip install"]
-            assert not installs or installs == ci_installs(), f"README line {line}: {installs}; .ci/run: {ci_installs()}"
+            assert not installs or installs == ci_installs(), f"README line {line}: {installs}, .ci/run {ci_installs()}"
     else:
         raise AssertionError(f"README line {block.line}: a ```{block.lang} block; tests/test_readme.py runs python "
                              "and bash blocks only: add a handler (or use one of those)")  # fmt: skip
@@ -565,3 +568,29 @@ def test_every_substitution_applies_to_a_readme_command():
                 for block in BLOCKS if block.lang == "bash" for step in split_commands(block)}  # fmt: skip
     for program, flag, _value, _why in SUBSTITUTIONS:
         assert program in programs, f"SUBSTITUTIONS row for `{program}` ({flag}): no such command in README.md"
+
+
+def test_the_table_fails_an_unknown_block_or_command_and_substitutes_as_documented():
+    """The guard itself: a new fence language or command fails (never skipped); the substitutions do what they say."""
+    new = "## New\n```bash\nmake all && python -m nanoformer.new_cli --x 1\n```\n```text\nout\n```\n"
+    bash, text = readme_blocks(new)
+    assert [bash.id, text.id] == ["L2-bash-new", "L5-text-new"]
+    for step in split_commands(bash):
+        with pytest.raises(AssertionError, match="does not know how to run or check"):
+            handler_of(step)
+    with pytest.raises(AssertionError, match="runs python and bash blocks only"):
+        test_readme_block(text, None)
+    [block] = readme_blocks(
+        "```bash\nHF_HUB_OFFLINE=1 accelerate launch --cpu training/train_mt.py --train_file t.jsonl \\\n"
+        '    --config_overrides "d_model=256,dropout=0.0" --max_train_steps 600 --output_dir out/x\n```\n'
+    )
+    [step] = split_commands(block)
+    env, argv = argv_of(step.main)
+    assert env == {"HF_HUB_OFFLINE": "1"} and program_of(argv) == "accelerate launch training/train_mt.py"
+    assert handler_of(step).mode == "run" and outputs_of(argv) == ["out/x"]
+    tiny = substitute(argv)
+    assert flag_value(tiny, "--max_train_steps") == str(TINY_MT_STEPS)
+    assert flag_value(tiny, "--checkpointing_steps") == str(TINY_MT_CHECKPOINTS)  # added: the README had none
+    assert json.loads(flag_value(tiny, "--config_overrides")) == {**TINY_MT_MODEL, "dropout": 0.0}
+    [hub] = readme_blocks("```bash\naccelerate launch training/train_mt.py --vocab_size 37000 --output_dir o\n```\n")
+    assert handler_of(split_commands(hub)[0]).mode == "parse"  # no --train_file: streams from the Hub
