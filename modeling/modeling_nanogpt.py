@@ -473,9 +473,9 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         if attention_mask is not None:
             model_inputs["attention_mask"] = attention_mask[:, -block_size:]
             model_inputs["position_ids"] = positions_from_mask(model_inputs["attention_mask"], block_size)
-        else:
+        else:  # no padding: the model's default positions are 0..block_size-1 (without a cache)
             model_inputs.pop("attention_mask", None)
-            model_inputs["position_ids"] = torch.arange(block_size, device=input_ids.device).expand(len(input_ids), -1)
+            model_inputs.pop("position_ids", None)
         return model_inputs
 
 
