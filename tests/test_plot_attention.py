@@ -239,6 +239,7 @@ def test_cli_writes_the_png(translator_dir, nanogpt_dir, tmp_path):
         (["--head", "x"], "argument --head: expected an integer or 'all'"),
         (["--kind", "encoder", "--head", "-9"], "--head -9: the encoder has 2 heads"),
         (["--output", "{file}/attn.png"], "is not a writable folder"),
+        (["--font", "{file}"], "not a font file matplotlib can read"),
     ],
 )
 def test_cli_errors_are_one_line(extra, message, translator_dir, tmp_path, capsys):

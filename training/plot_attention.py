@@ -403,8 +403,9 @@ def select_panels(
 def _charmap(path: str, face_index: int = 0) -> set[int]:
     from matplotlib import ft2font
 
-    try:
-        return set(ft2font.FT2Font(path, face_index=face_index).get_charmap())
+    try:  # face_index (a face of a .ttc collection) is new in matplotlib 3.10; older ones know face 0 only
+        font = ft2font.FT2Font(path, face_index=face_index) if face_index else ft2font.FT2Font(path)
+        return set(font.get_charmap())
     except (OSError, RuntimeError, ValueError, TypeError):
         return set()
 
@@ -454,10 +455,10 @@ def find_font(labels: Sequence[str], font: str | None = None) -> tuple[str | Non
     default = _charmap(font_manager.findfont("DejaVu Sans"))
     needed = {ord(c) for label in labels for c in label if not c.isspace() and ord(c) not in default}
     missing = {chr(c) for c in needed}
+    family = _added_family(font, needed) if font is not None else None  # read even when not needed: a bad file fails
     if not needed:
         return None, "DejaVu Sans", missing
     if font is not None:
-        family = _added_family(font, needed)
         if family is None:
             raise UsageError(f"--font {font}: has no glyphs for {''.join(sorted(missing))[:20]}")
         return family, font, missing
