@@ -59,7 +59,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from nanoformer.training.arguments import CliParser, UsageError, run_cli
+from nanoformer.training.arguments import CliParser, UsageError, positive_int, run_cli
 from nanoformer.training.common import looks_local
 
 KINDS = ("cross", "self", "encoder")
@@ -96,8 +96,8 @@ class AttentionMaps:
 
     `weights` has shape (layers, heads, queries, keys), float32 on the CPU; each row (last axis) sums to 1.
     `kind` is "cross", "self" or "encoder" for a translator and "causal" for a causal LM. `translation` is the
-    translator's output text and `source` its input (None for a causal LM). `query_groups` / `key_groups` give, for each label, the token
-    positions it stands for (one each, unless byte pieces were merged).
+    translator's output text and `source` its input (None for a causal LM). `query_groups` / `key_groups` give,
+    for each label, the token positions it stands for (one each, unless byte pieces were merged).
     """
 
     kind: str
@@ -147,7 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--raw_pieces", action="store_true", help="Do not merge byte-level BPE pieces of one character.")
     p.add_argument("--font", default=None, help="A TTF/OTF/TTC font file for labels DejaVu Sans cannot draw (CJK).")
-    p.add_argument("--dpi", type=int, default=150, help="Resolution of the image.")
+    p.add_argument("--dpi", type=positive_int, default=150, help="Resolution of the image.")
     p.add_argument("--device", default=None, help="torch device; None = cpu.")
     args = p.parse_args(argv)
     if not args.text.strip():
@@ -165,8 +165,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"argument --head: expected an integer or 'all', got {args.head!r}")
     if args.font is not None and not Path(args.font).is_file():
         p.error(f"--font {args.font}: file not found")
-    if args.dpi <= 0:
-        p.error(f"argument --dpi: must be a positive integer, got {args.dpi}")
     output = Path(args.output).expanduser()
     if output.is_dir():
         p.error(f"--output {args.output}: is a folder; give a file name such as attn.png")
@@ -414,17 +412,21 @@ def _covers(entry, needed: set[int]) -> bool:
     return needed <= _charmap(entry.fname, getattr(entry, "index", 0))
 
 
-def _added_family(path: str, needed: set[int]) -> str | None:
-    """Add a font file to matplotlib's manager; the family of its best face that covers `needed` (SC first)."""
+def _added_family(path: str, needed: set[int], flag: str | None = None) -> str | None:
+    """Add a font file to matplotlib's manager (once); the family of its best face that covers `needed` (SC
+    first), or None. An unreadable file is None, or a `UsageError` naming `flag` when the user gave it."""
     from matplotlib import font_manager
 
     manager = font_manager.fontManager
-    before = len(manager.ttflist)
-    try:
-        manager.addfont(path)
-    except (OSError, RuntimeError, ValueError) as error:
-        raise UsageError(f"--font {path}: not a font file matplotlib can read ({error})") from None
-    faces = [e for e in manager.ttflist[before:] if _covers(e, needed)]
+    real = os.path.realpath(path)
+    if not any(os.path.realpath(e.fname) == real for e in manager.ttflist):
+        try:
+            manager.addfont(real)
+        except (OSError, RuntimeError, ValueError) as error:
+            if flag is None:
+                return None
+            raise UsageError(f"{flag} {path}: not a font file matplotlib can read ({error})") from None
+    faces = [e for e in manager.ttflist if os.path.realpath(e.fname) == real and _covers(e, needed)]
     faces.sort(
         key=lambda e: (PREFERRED_CJK_FONTS.index(e.name) if e.name in PREFERRED_CJK_FONTS else 99, "Mono" in e.name)
     )
@@ -455,13 +457,13 @@ def find_font(labels: Sequence[str], font: str | None = None) -> tuple[str | Non
     default = _charmap(font_manager.findfont("DejaVu Sans"))
     needed = {ord(c) for label in labels for c in label if not c.isspace() and ord(c) not in default}
     missing = {chr(c) for c in needed}
-    family = _added_family(font, needed) if font is not None else None  # read even when not needed: a bad file fails
+    family = _added_family(font, needed, "--font") if font is not None else None  # read even if not needed
     if not needed:
         return None, "DejaVu Sans", missing
     if font is not None:
         if family is None:
             raise UsageError(f"--font {font}: has no glyphs for {''.join(sorted(missing))[:20]}")
-        return family, font, missing
+        return family, os.path.realpath(font), missing
     system = font_manager.fontManager.ttflist
     preferred = sorted(
         (e for e in system if e.name in PREFERRED_CJK_FONTS), key=lambda e: PREFERRED_CJK_FONTS.index(e.name)
@@ -507,9 +509,7 @@ def plot(
     missing-glyph warnings matplotlib raised while drawing.
     """
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, the caller's backend is left alone
 
     panels = select_panels(maps, layer, head)
     heading = title or _heading(maps)  # it names the translation: CJK even where the labels are English
@@ -540,13 +540,8 @@ def plot(
         matplotlib.rc_context({"font.family": families, "axes.titlesize": 10, "font.size": 9}),
     ):
         warnings.simplefilter("always")
-        fig, axes = plt.subplots(
-            rows,
-            columns,
-            figsize=(panel_width * columns + 1.0, panel_height * rows + 0.6),
-            squeeze=False,
-            layout="constrained",
-        )
+        fig = Figure(figsize=(panel_width * columns + 1.0, panel_height * rows + 0.6), layout="constrained")
+        axes = fig.subplots(rows, columns, squeeze=False)
         image = None
         colours = matplotlib.colormaps["viridis"].with_extremes(bad="white")
         causal = maps.kind in ("causal", "self") and n_queries == n_keys
@@ -570,8 +565,6 @@ def plot(
             fig.savefig(output, dpi=dpi, bbox_inches="tight")
         except (OSError, ValueError) as error:
             raise UsageError(f"--output {output}: cannot write the image ({error})") from None
-        finally:
-            plt.close(fig)
     glyph_warnings = [w for w in caught if "missing from font" in str(w.message)]
     for w in caught:  # anything else matplotlib said is passed on; missing glyphs were reported once above
         if w not in glyph_warnings:
