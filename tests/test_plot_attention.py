@@ -173,7 +173,7 @@ def read_png(path):
 
 
 def test_chinese_labels_draw_with_a_cjk_font(translator, tmp_path):
-    """A CJK font is found (the noto-cjk-sans-otc dependency at least), so matplotlib reports no missing glyph;
+    """A CJK font is found (the noto-cjk-sans-otc font of the dev extra at least), so matplotlib reports no missing glyph;
     the figure grows with the panels and tokens."""
     model, tokenizer = translator
     maps = pa.merge_pieces(pa.attention_maps(model, tokenizer, SOURCE, target=TARGET), tokenizer)

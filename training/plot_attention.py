@@ -36,8 +36,8 @@ Fonts: matplotlib's default DejaVu Sans has no Han glyphs. When a label or the h
 needs glyphs DejaVu lacks, a font that has them all is looked for, in this order: ``--font PATH`` (a TTF/OTF/TTC file); a system font matplotlib knows
 (Noto Sans CJK SC, Source Han Sans SC, WenQuanYi, … preferred, then any font that covers the labels), or, for a
 font installed after matplotlib built its font cache, one that ``fc-list :lang=zh`` lists; else Noto Sans CJK
-(SIL Open Font Licence) from the `noto-cjk-sans-otc` package, a dependency of nanoformer (15 MB), so the glyphs
-render wherever nanoformer is installed. Latin text stays in DejaVu Sans, the CJK font is matplotlib's fallback.
+(SIL Open Font Licence) from the `noto-cjk-sans-otc` package (15 MB; `pip install "nanoformer[cjk]"`, part of
+the `dev` extra), so the glyphs render without a system font. Latin text stays in DejaVu Sans, the CJK font is matplotlib's fallback.
 If none is found, one warning line says what to install or pass, and the PNG is still written (with boxes).
 
 Errors (missing model folder, empty ``--text``, a layer or head index out of range, an unwritable ``--output``) are
@@ -84,7 +84,7 @@ PREFERRED_CJK_FONTS = (
     "Noto Sans CJK KR",
 )
 NO_FONT_HINT = (
-    "pip install noto-cjk-sans-otc, install a system CJK font (e.g. apt-get install fonts-noto-cjk), "
+    "pip install 'nanoformer[cjk]' (the noto-cjk-sans-otc font), install a system CJK font (e.g. apt-get install fonts-noto-cjk), "
     "or pass --font PATH"
 )
 HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
