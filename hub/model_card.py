@@ -255,7 +255,8 @@ def build_model_card(
 
     body += ["## Results", ""]
     if metrics:
-        body += [f"Evaluated on {eval_dataset['name']}.", "",
+        split = f"; split: {eval_dataset['split']}" if eval_dataset.get("split") else ""
+        body += [f"Evaluated on {eval_dataset['name']}{split}.", "",
                  _table([(_pretty_metric_name(k), v) for k, v in metrics.items()], ("metric", "value"),
                         code_keys=False), ""]  # fmt: skip
     else:

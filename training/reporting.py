@@ -94,7 +94,8 @@ def run_environment(accelerator: Any) -> dict[str, Any]:
     if device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
     else:
-        device_name = f"{platform.machine() or 'unknown'} CPU, {torch.get_num_threads()} threads per process"
+        threads = torch.get_num_threads()
+        device_name = f"{platform.machine() or 'unknown'} CPU, {threads} thread{'s' if threads != 1 else ''} per process"
     return {
         "num_processes": accelerator.num_processes,
         "distributed_type": str(accelerator.distributed_type.value),
