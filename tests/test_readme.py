@@ -14,7 +14,8 @@ One test per block, in README order (`test_readme_block[L<line>-<lang>-<section>
   trailing `# or: PROGRAM ...` must name an installed program). Every command must match a row of COMMANDS, else the
   test fails ("add a handler"), so nothing is ever silently left out:
   - cheap commands RUN with bash as written (`accelerate launch`, `python` = this interpreter's venv), with the
-    documented size substitutions of SUBSTITUTIONS (steps, model size, samples scored); afterwards every path the
+    documented size substitutions of SUBSTITUTIONS (steps, model size, samples scored), after the command AS
+    WRITTEN has passed its parser (below), so the README's own sizes are still checked; afterwards every path the
     command names as its output exists, and a few outputs are checked (the steps trained, the averaged final model,
     one translation per stdin line, one sample per `--num_samples`, a PNG);
   - commands that stream from the Hub (the main `train_mt.py` job without `--train_file`, `--dataset_name`) are
@@ -33,6 +34,7 @@ one torch thread per process. The whole module takes about 1.5 minutes on 2 core
 
 from __future__ import annotations
 
+import argparse
 import ast
 import contextlib
 import hashlib
@@ -323,9 +325,12 @@ COMMANDS: dict[str, Handler | Callable[[list[str]], Handler]] = {
     "python -m nanoformer.training.plot_attention": Handler("run", _check_png),
     "python -m nanoformer.hub": lambda argv: Handler(_hub_mode(argv)),
 }  # fmt: skip
-TRAINER_MODULES = {
+PARSERS = {  # the parse_args (all parse-time validation) of each program, by module
     "training/train_lm.py": "nanoformer.training.train_lm",
     "training/train_mt.py": "nanoformer.training.train_mt",
+    "python -m nanoformer.tokenization": "nanoformer.tokenization.__main__",
+    "python -m nanoformer.training.score_mt": "nanoformer.training.score_mt",
+    "python -m nanoformer.training.average_checkpoints": "nanoformer.training.average_checkpoints",
 }
 
 
@@ -411,10 +416,15 @@ class ReadmeRun:
         if handler.mode == "ci":
             return self._compare_with_ci(step)
         if handler.mode == "parse":
-            return self._parse(argv, step)
+            parsed = self._parse(argv, step)
+            assert getattr(parsed, "train_file", None) is None and parsed.dataset_name, parsed  # it does stream
+            return
         if handler.mode == "push":
             return self._push(argv, step)
-        stages = [*step.stages[:-1], [*(f"{k}={v}" for k, v in env_assignments.items()), *substitute(argv)]]
+        tiny = substitute(argv)
+        if tiny != argv and program_of(argv).replace("accelerate launch ", "") in PARSERS:
+            self._parse(argv, step)  # the sizes as written pass every parse-time check, before tiny ones replace them
+        stages = [*step.stages[:-1], [*(f"{k}={v}" for k, v in env_assignments.items()), *tiny]]
         command = " | ".join(shlex.join(stage) for stage in stages)
         done = subprocess.run(["bash", "-c", command], cwd=self.cwd, env=self.env, capture_output=True, text=True,
                               timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
@@ -426,8 +436,8 @@ class ReadmeRun:
         if handler.check:
             handler.check(final_argv, self.cwd, done)
 
-    def _parse(self, argv: list[str], step: Step) -> None:
-        """A command that streams from the Hub: every parse-time check of its launcher and its own parser."""
+    def _parse(self, argv: list[str], step: Step) -> argparse.Namespace:
+        """Every parse-time check of the command as written: its launcher's (`accelerate launch`) and its own."""
         old, errors = os.getcwd(), io.StringIO()
         os.chdir(self.cwd)
         try:
@@ -437,17 +447,16 @@ class ReadmeRun:
 
                     launched = launch_command_parser().parse_args(argv[2:])
                     script, args = launched.training_script, launched.training_script_args
-                    parse = importlib.import_module(TRAINER_MODULES[script]).parse_args
+                    parse = importlib.import_module(PARSERS[script]).parse_args
                 else:
-                    assert program_of(argv) == "python -m nanoformer.tokenization", argv
-                    parse, args = importlib.import_module("nanoformer.tokenization.__main__").parse_args, argv[3:]
+                    parse, args = importlib.import_module(PARSERS[program_of(argv)]).parse_args, argv[3:]
                 parsed = parse(args)
         except SystemExit as exit_:
             raise AssertionError(f"README line {step.line}: `{step.key}` does not parse (exit {exit_.code}): "
                                  f"{errors.getvalue().strip()}") from None
         finally:
             os.chdir(old)
-        assert getattr(parsed, "train_file", None) is None and parsed.dataset_name, parsed  # it does stream
+        return parsed
 
     def _push(self, argv: list[str], step: Step) -> None:
         """`python -m nanoformer.hub push FOLDER REPO`: the real CLI, uploads SIMULATED and recorded."""
