@@ -470,10 +470,11 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
             cache.reset()
         model_inputs["use_cache"] = False
         model_inputs["input_ids"] = input_ids[:, -block_size:]
-        if attention_mask is not None:
-            model_inputs["attention_mask"] = attention_mask[:, -block_size:]
-            model_inputs["position_ids"] = positions_from_mask(model_inputs["attention_mask"], block_size)
-        else:  # no padding: the model's default positions are 0..block_size-1 (without a cache)
+        window_mask = attention_mask[:, -block_size:] if attention_mask is not None else None
+        if window_mask is not None and not bool(window_mask.all()):  # left padding still inside the window
+            model_inputs["attention_mask"] = window_mask
+            model_inputs["position_ids"] = positions_from_mask(window_mask, block_size)
+        else:  # no padding: the model's defaults are positions 0..block_size-1 and plain causal attention
             model_inputs.pop("attention_mask", None)
             model_inputs.pop("position_ids", None)
         return model_inputs
