@@ -299,6 +299,8 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
                 "the learned position embeddings end there. Keep the last block_size tokens "
                 "(generate() does this itself), or use position_embedding_type='rope'."
             )
+        # Only the caller's position ids can mark packed sequences: the mask builder scans those alone.
+        given_position_ids = position_ids
         if position_ids is None:
             if attention_mask is not None and attention_mask.dim() == 2:
                 position_ids = positions_from_mask(attention_mask, T)
@@ -318,7 +320,7 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             cache=cache,
-            position_ids=position_ids,
+            position_ids=given_position_ids,
         )
 
         position_embeddings = None
@@ -452,31 +454,31 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
           because a long forward applies the same window.
         - "dynamic" RoPE scaling: made to use more context than `block_size`, so the whole cache is kept.
         """
-        model_inputs = super().prepare_inputs_for_generation(
+        if self.config.position_embedding_type == "learned" and input_ids.shape[1] > self.config.block_size:
+            return self._window_inputs(input_ids, attention_mask, kwargs)
+        return super().prepare_inputs_for_generation(
             input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
         )
-        block_size = self.config.block_size
-        if (
-            self.config.position_embedding_type != "learned"
-            or input_ids.shape[1] <= block_size
-            or model_inputs.get("input_ids") is None
-        ):
-            return model_inputs
 
-        # Every position moves, so nothing cached can be reused: the window is encoded without a cache, and
-        # generate()'s cache object is emptied once (beam search may still reorder it; empty, that costs nothing).
-        cache = model_inputs.pop("cache", None)
+    def _window_inputs(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, kwargs: dict) -> dict:
+        """nanoGPT's crop for learned positions: the last `block_size` tokens, encoded again without a cache."""
+        # Every position moves, so nothing cached can be reused: generate()'s cache object is emptied once and
+        # stays empty (beam search may still reorder it; empty, that costs nothing).
+        cache = kwargs.get("cache")
         if cache is not None and cache.get_seq_length() > 0:
             cache.reset()
-        model_inputs["use_cache"] = False
-        model_inputs["input_ids"] = input_ids[:, -block_size:]
+        block_size = self.config.block_size
+        model_inputs = {"input_ids": input_ids[:, -block_size:]}
         window_mask = attention_mask[:, -block_size:] if attention_mask is not None else None
         if window_mask is not None and not bool(window_mask.all()):  # left padding still inside the window
             model_inputs["attention_mask"] = window_mask
             model_inputs["position_ids"] = positions_from_mask(window_mask, block_size)
-        else:  # no padding: the model's defaults are positions 0..block_size-1 and plain causal attention
-            model_inputs.pop("attention_mask", None)
-            model_inputs.pop("position_ids", None)
+        # Without padding the model's defaults apply: positions 0..block_size-1, plain causal attention. The other
+        # arguments (logits_to_keep, output_attentions, ...) pass through, as transformers' own
+        # prepare_inputs_for_generation forwards them; its input slicing and mask building are not needed here.
+        internal = ("cache", "position_ids", "use_cache", "next_sequence_length", "is_first_iteration", "labels")
+        model_inputs.update((key, value) for key, value in kwargs.items() if key not in internal)
+        model_inputs["use_cache"] = False
         return model_inputs
 
 
