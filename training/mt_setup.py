@@ -122,7 +122,14 @@ def training_batches(args, accelerator, dataset, parser, tokenizer, to_script, s
     if accelerator.num_processes > 1:
         from datasets.distributed import split_dataset_by_node
 
+        shards = dataset.num_shards
         dataset = split_dataset_by_node(dataset, rank=accelerator.process_index, world_size=accelerator.num_processes)
+        if shards % accelerator.num_processes == 0:
+            how = f"its own {dataset.num_shards} of the {shards} shards"
+        else:  # datasets then reads every shard and keeps every num_processes-th row
+            how = f"every {accelerator.num_processes}th row of all {shards} shards (not divisible by the processes)"
+        logger.info(f"process {accelerator.process_index} of {accelerator.num_processes} streams {how}",
+                    main_process_only=False)  # fmt: skip
     stream = TranslationBatchStream(
         dataset,
         parser,
