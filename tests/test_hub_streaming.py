@@ -299,3 +299,9 @@ def test_stopped_server_fails_in_one_line_and_leaves_no_output_dir(pairs, tmp_pa
     assert "HF_HUB_OFFLINE=1" in line and "--train_file" in line
     assert "Retrying" not in result.stderr and "Traceback" not in result.stderr
     assert not out.exists()
+    # Through `accelerate launch -q` (as the README says): the same line, without the launcher's traceback.
+    launched = subprocess.run(launch_cmd(flags(out), quiet=True), env=env, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+    assert launched.returncode == 1 and line in launched.stderr.splitlines()
+    assert "Traceback" not in launched.stderr and "CalledProcessError" not in launched.stderr
+    assert not out.exists()
