@@ -37,6 +37,7 @@ class RangeProxy:
         self._cache: dict[str, tuple[int, list[tuple[str, str]], bytes]] = {}
         self._lock = threading.Lock()
         self.served: list[str] = []  # resolve paths answered, in order (one entry per request)
+        self.ranges: list[tuple[str, str]] = []  # (path, Range header) of the requests answered 206
         self._held: tuple[str, ...] = ()
         self._open = threading.Event()
         self._open.set()
@@ -71,6 +72,10 @@ class RangeProxy:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def upstream(self) -> str:
+        return f"http://{self.upstream_host}:{self.upstream_port}"
 
     def start(self) -> RangeProxy:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -161,6 +166,7 @@ class RangeProxy:
                 self._reply(request, 416, [("Content-Range", f"bytes */{size}")], b"", head)
                 return
             headers.append(("Content-Range", f"bytes {start}-{end}/{size}"))
+            self.ranges.append((urlsplit(path).path, request.headers["Range"]))
             self._reply(request, 206, headers, data[start : end + 1], head)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away (a killed run)

@@ -13,6 +13,9 @@ The server is what `huggingface_hub`/`datasets` really talk to over HTTP on 127.
   (the footer first) through `HfFileSystem`, and fails on a whole-file answer with "Parquet magic bytes not found in
   footer". The proxy fetches each file from olah once and answers like the Hub's file server (Content-Length, ETag,
   `Range` → 206). It also lets a test hold the requests of one shard, to stop a run at a known point of its stream.
+  Shards of a few KB are read in one request (`Range: bytes=0-<last>`), which olah alone survives; a third repo on
+  the first server holds one shard over fsspec's 5 MiB read block, read in true ranges like the Hub's ~270 MB shards:
+  a test streams it through the proxy and checks that olah alone fails on it.
 
 Every run uses the trainer's default `--dataset_name wmt/wmt19 --dataset_config_name zh-en`.
 """
@@ -48,6 +51,8 @@ configs:
 # WMT19 zh-en (a tiny copy in the Hub repo's layout, for tests)
 """
 SCRIPT_NOTE = "holds a loading script (wmt19.py)"
+LARGE_REPO = "nanoformer-test/wmt19-large-shard"  # one shard larger than fsspec's 5 MiB read block
+BLOCK = 5 * 2**20
 # The main run: a tokenizer trained from the first 500 streamed pairs, 30 steps over 1,100 of the 1,200 pairs
 # (--max_train_samples), evaluated on the Hub validation split; checkpoints every 5 steps.
 MAIN_FLAGS = {
@@ -138,8 +143,29 @@ def write_repo(folder: Path, pairs: dict[str, list[dict]], with_script: bool) ->
     return folder
 
 
+def large_shard_rows(shared_data: Path) -> list[dict]:
+    """The Tatoeba training pairs 4 times: uncompressed, a shard of over 5 MiB."""
+    lines = (shared_data / "tatoeba-cmn-eng" / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["translation"] for line in lines] * 4
+
+
+def write_large_shard_repo(folder: Path, shared_data: Path) -> Path:
+    """`wmt/wmt19`'s layout with one train shard larger than fsspec's 5 MiB read block, which `datasets` then reads
+    in byte ranges (the footer first), as it reads the Hub's ~270 MB shards."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (folder / "zh-en").mkdir(parents=True)
+    shard = folder / "zh-en" / "train-00000-of-00001.parquet"
+    pq.write_table(pa.table({"translation": large_shard_rows(shared_data)}), shard, row_group_size=20_000,
+                   compression="none", use_dictionary=False)  # fmt: skip
+    assert shard.stat().st_size > BLOCK
+    (folder / "README.md").write_text(README.replace("\n  - split: validation\n    path: zh-en/validation-*", ""))
+    return folder
+
+
 @pytest.fixture(scope="module")
-def hubs(pairs, tmp_path_factory):
+def hubs(pairs, shared_data, tmp_path_factory):
     """Two Hub servers (olah + range proxy) serving `wmt/wmt19`: "parquet" (as now) and "script" (+ wmt19.py)."""
     try:
         cli = ensure_olah()
@@ -152,6 +178,9 @@ def hubs(pairs, tmp_path_factory):
             src = write_repo(root / "src", pairs, with_script=variant == "script")
             server = OlahServer(cli, root / "olah")
             publish_git_repo(src, server.mirrors, "wmt/wmt19", repo_type="dataset")
+            if variant == "parquet":
+                large = write_large_shard_repo(root / "large", shared_data)
+                publish_git_repo(large, server.mirrors, LARGE_REPO, repo_type="dataset")
             try:
                 server.start(ready_repo="wmt/wmt19", repo_type="dataset")
             except OlahUnavailable as err:
@@ -283,6 +312,28 @@ def test_tokenizer_cli_streams_the_hub_dataset(hubs, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
     assert len(tokenizer) == 300
     assert tokenizer.decode(tokenizer("今天天气很好。")["input_ids"], skip_special_tokens=True) == "今天天气很好。"
+
+
+def test_a_shard_larger_than_a_read_block_is_streamed_in_byte_ranges(hubs, shared_data, tmp_path):
+    """Why the proxy: olah alone answers range reads with the whole file, which fails on a shard larger than one
+    read block; through the proxy the same `load_dataset(..., streaming=True)` reads it in 206 ranges, footer first."""
+    proxy = hubs["parquet"]
+    code = (
+        "from nanoformer.tokenization.corpus import stream_hub_dataset\n"
+        f"dataset, how = stream_hub_dataset({LARGE_REPO!r}, 'zh-en', 'train')\n"
+        "rows = list(dataset)\n"
+        "print(len(rows), rows[0]['translation']['en'], rows[-1]['translation']['en'], sep='\\t')\n"
+    )
+    direct = subprocess.run([sys.executable, "-c", code], env=hub_env(proxy.upstream, tmp_path / "hf_olah"),
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert direct.returncode != 0 and "Parquet magic bytes not found in footer" in direct.stderr
+    ranges_before = len(proxy.ranges)
+    result = run([sys.executable, "-c", code], hub_env(proxy.endpoint, tmp_path / "hf_proxy"))
+    rows = large_shard_rows(shared_data)
+    assert result.stdout.strip().split("\t") == [str(len(rows)), rows[0]["en"], rows[-1]["en"]]
+    shard_ranges = [header for path, header in proxy.ranges[ranges_before:] if path.endswith(".parquet")]
+    starts = [int(header.removeprefix("bytes=").split("-")[0]) for header in shard_ranges]
+    assert len(shard_ranges) >= 2 and max(starts) > BLOCK  # partial reads, the last block among them
 
 
 def test_stopped_server_fails_in_one_line_and_leaves_no_output_dir(pairs, tmp_path):
