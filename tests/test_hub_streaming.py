@@ -336,6 +336,21 @@ def test_a_shard_larger_than_a_read_block_is_streamed_in_byte_ranges(hubs, share
     assert len(shard_ranges) >= 2 and max(starts) > BLOCK  # partial reads, the last block among them
 
 
+def test_offline_streams_a_downloaded_copy(hubs, tmp_path):
+    """HF_HUB_OFFLINE=1 (the hint of the unreachable-Hub error): `datasets` streams nothing offline, the trainer
+    streams the Parquet files of a copy fetched before with `hf download` (as the README says) from the cache."""
+    online = hub_env(hubs["parquet"].endpoint, tmp_path / "hf_home")
+    hf = str(Path(sys.executable).with_name("hf"))
+    run([hf, "download", "--repo-type", "dataset", "wmt/wmt19", "--include", "zh-en/*", "--include", "README.md"], online)
+    offline = {**online, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens there
+    out = tmp_path / "out"
+    result = run([sys.executable, TRAIN_MT, *flags(out, max_train_steps=5, eval_steps=5)], offline)
+    for split in ("train", "validation"):
+        assert f"HF_HUB_OFFLINE=1: streaming 'wmt/wmt19' (zh-en, split '{split}') from the " in result.stderr
+    results = read_json(out / "all_results.json")
+    assert results["step"] == 5 and results["eval_loss"] is not None and results["rows_read"] > 0
+
+
 def test_stopped_server_fails_in_one_line_and_leaves_no_output_dir(pairs, tmp_path):
     stopped = RangeProxy("http://127.0.0.1:9").start()
     endpoint = stopped.endpoint

@@ -246,13 +246,49 @@ def _split_patterns(card_data: Any, config: str | None, split: str) -> list[str]
     return [f"{config}/{split}-*" if config else f"data/{split}-*"]
 
 
-def _parquet_files(info: Any, config: str | None, split: str) -> list[str]:
+def _parquet_files(files: list[str], card_data: dict, config: str | None, split: str) -> list[str]:
     """The repo's Parquet files of `config`/`split`, as matched by the card's patterns (fsspec/glob semantics)."""
     from fnmatch import fnmatchcase
 
-    patterns = _split_patterns(info.card_data.to_dict() if info.card_data else {}, config, split)
-    files = [s.rfilename for s in info.siblings or []]
+    patterns = _split_patterns(card_data, config, split)
     return sorted(f for f in files if f.endswith(".parquet") and any(fnmatchcase(f, p) for p in patterns))
+
+
+def _stream_downloaded_copy(dataset_name: str, dataset_config_name: str | None, split: str, what: str, reason: str):
+    """Offline (HF_HUB_OFFLINE=1), `datasets` cannot stream a Hub repo even when it is in the cache: stream the
+    Parquet files of a copy downloaded before (`hf download --repo-type dataset NAME`) from the local cache."""
+    import datasets
+    from huggingface_hub import DatasetCard, snapshot_download
+    from huggingface_hub.errors import IncompleteSnapshotError
+
+    def cached(patterns: list[str]) -> Path:  # the snapshot folder; raises if a file of `patterns` is missing
+        return Path(snapshot_download(dataset_name, repo_type="dataset", local_files_only=True,
+                                      allow_patterns=patterns))  # fmt: skip
+
+    try:
+        local = cached(["README.md"])
+    except IncompleteSnapshotError as error:  # downloaded without its card: the default file layout
+        local = Path(error.snapshot_path)
+    except Exception:  # LocalEntryNotFoundError and friends: nothing downloaded
+        raise HubDatasetError(
+            f"HF_HUB_OFFLINE=1 and no downloaded copy of {dataset_name!r} in the cache ({reason}): download it once "
+            f"with `hf download --repo-type dataset {dataset_name}`, or pass local files with --train_file"
+        ) from None
+    card = local / "README.md"
+    card_data = DatasetCard.load(card).data.to_dict() if card.is_file() else {}
+    try:
+        cached(_split_patterns(card_data, dataset_config_name, split))  # every file of the split is there
+    except IncompleteSnapshotError as error:
+        raise HubDatasetError(f"HF_HUB_OFFLINE=1: {_first_line(error)}") from None
+    files = _parquet_files([p.relative_to(local).as_posix() for p in local.rglob("*.parquet")], card_data,
+                           dataset_config_name, split)  # fmt: skip
+    if not files:
+        raise HubDatasetError(f"HF_HUB_OFFLINE=1: the downloaded copy of {dataset_name!r} in {local} has no Parquet "
+                              f"files of config {dataset_config_name!r}, split {split!r}")  # fmt: skip
+    dataset = datasets.load_dataset(
+        "parquet", data_files={split: [str(local / f) for f in files]}, split=split, streaming=True
+    )
+    return dataset, f"HF_HUB_OFFLINE=1: streaming {what} from the {len(files)} Parquet file(s) downloaded in {local}"
 
 
 def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split: str) -> tuple[Any, str]:
@@ -262,7 +298,9 @@ def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split
     seconds (``load_dataset`` would retry each file for ~25 s, warning each time). A repo that still holds a loading
     script (``wmt/wmt19`` has carried ``wmt19.py`` next to its Parquet files) is refused by ``datasets`` ≥ 4; its
     Parquet files of the split (by the card's YAML ``configs:``, else ``<config>/<split>-*``) are then streamed with
-    the ``parquet`` builder, pinned to the revision just asked, and `how` says so.
+    the ``parquet`` builder, pinned to the revision just asked, and `how` says so. Offline (``HF_HUB_OFFLINE=1``),
+    where ``datasets`` streams nothing, the Parquet files of a copy downloaded before
+    (``hf download --repo-type dataset NAME``) are streamed from the local cache.
     """
     import datasets
     from huggingface_hub import HfApi, constants
@@ -280,18 +318,21 @@ def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split
         except Exception as error:  # connection refused, DNS, timeout: the transport's own exception types
             raise HubDatasetError(
                 f"cannot reach the Hugging Face Hub at {constants.ENDPOINT} to stream {what} ({_first_line(error)}): "
-                "set HF_HUB_OFFLINE=1 to use a cached copy, or pass local files with --train_file"
+                "set HF_HUB_OFFLINE=1 to stream a copy downloaded before, or pass local files with --train_file"
             ) from None
     try:
         dataset = datasets.load_dataset(dataset_name, dataset_config_name, split=split, streaming=True)
         return dataset, f"Streaming {what} from {constants.ENDPOINT} with datasets' loader for the repo"
     except Exception as error:  # missing config or split, offline without a cache... many exception types
-        if info is None or _SCRIPT_REFUSED not in str(error):
+        if info is None:
+            return _stream_downloaded_copy(dataset_name, dataset_config_name, split, what, _first_line(error))
+        if _SCRIPT_REFUSED not in str(error):
             raise HubDatasetError(
                 f"cannot stream {what} from the Hub: {_first_line(error)} — pass local files with --train_file instead"
             ) from error
         script = _first_line(error).rsplit(" ", 1)[-1]
-    files = _parquet_files(info, dataset_config_name, split)
+    card_data = info.card_data.to_dict() if info.card_data else {}
+    files = _parquet_files([s.rfilename for s in info.siblings or []], card_data, dataset_config_name, split)
     if not files:
         raise HubDatasetError(
             f"{dataset_name!r} holds a loading script ({script}), which datasets {datasets.__version__} does not run, "
