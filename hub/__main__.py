@@ -21,21 +21,14 @@ def _metric(text: str) -> tuple[str, float]:
 
 
 def _export(args: argparse.Namespace) -> None:
-    import nanoformer.modeling  # noqa: F401  (registers the nanoformer classes with the Auto classes)
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+    from .export import check_output_dir, export_run
 
-    from .export import export_for_hub
-
-    # trust_remote_code=False: the classes come from the installed nanoformer, never from the checkpoint's files.
-    config = AutoConfig.from_pretrained(args.checkpoint, trust_remote_code=False)
-    auto_model = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    model = auto_model.from_pretrained(args.checkpoint, trust_remote_code=False)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.checkpoint, trust_remote_code=False)
-    folder = export_for_hub(
-        model, tokenizer, args.output_dir, metrics=dict(args.metric), datasets=args.dataset or None,
-        sacrebleu_signature=args.sacrebleu_signature, figures=args.figure, repo_id=args.repo_id,
-        overwrite=args.overwrite,
-    )
+    check_output_dir(args.output_dir, args.overwrite, overwrite_hint="--overwrite")  # first, naming our own flag
+    folder = export_run(
+        args.checkpoint, args.output_dir, tokenizer_dir=args.tokenizer, metrics=dict(args.metric),
+        datasets=args.dataset or None, sacrebleu_signature=args.sacrebleu_signature, figures=args.figure,
+        repo_id=args.repo_id, overwrite=args.overwrite,
+    )  # fmt: skip
     print(f"exported {args.checkpoint} to {folder}")
 
 
@@ -51,13 +44,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = CliParser(prog="python -m nanoformer.hub", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    export = sub.add_parser("export", help="write a trained checkpoint as a self-contained Hub model repo")
-    export.add_argument("checkpoint", type=Path, help="a save_pretrained folder of a nanoformer model")
+    export = sub.add_parser(
+        "export", help="write a trained model as a self-contained Hub model repo, its card built from the run",
+        description="Export a saved nanoformer model. When CHECKPOINT is a trainer's --output_dir (or an "
+        "average_checkpoints output), the model card is built from what the run recorded: all_results.json (BLEU "
+        "and its sacreBLEU signature, eval loss, perplexity, steps, speed), training_args.json (the recipe) and "
+        "training_curves.png. --metric, --sacrebleu_signature, --dataset and --figure add to it or override it.",
+    )  # fmt: skip
+    export.add_argument("checkpoint", type=Path, help="a trainer's output folder, or any save_pretrained folder")
     export.add_argument("output_dir", type=Path)
     export.add_argument("--tokenizer", type=Path, help="tokenizer folder (default: the checkpoint)")
     export.add_argument("--metric", type=_metric, action="append", default=[], metavar="NAME=NUMBER",
-                        help="an evaluation result for the model card (repeatable), e.g. bleu=21.3")
-    export.add_argument("--sacrebleu_signature", help="the sacreBLEU signature of the BLEU score")
+                        help="add or override an evaluation result of the card (repeatable), e.g. bleu=21.3 for a "
+                        "score measured after training")
+    export.add_argument("--sacrebleu_signature", help="the sacreBLEU signature of the BLEU score (default: the run's)")
     export.add_argument("--dataset", action="append", help="Hub id of a training dataset (repeatable)")
     export.add_argument("--figure", type=Path, action="append", help="an image to show in the card (repeatable)")
     export.add_argument("--repo_id", help="Hub id for the card's usage snippet")

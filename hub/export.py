@@ -2,7 +2,9 @@
 
 The folder holds safetensors weights (never pickles), `config.json` with an `auto_map` for `trust_remote_code`, the
 model's own `.py` files (flat, single-dot relative imports only, so they load where nanoformer is not installed),
-the tokenizer files, `generation_config.json`, and a model card `README.md`.
+the tokenizer files (without loading leftovers, see `nanoformer.tokenization.saving`), `generation_config.json`, and a
+model card `README.md`. Given the trainer's output folder (`run_dir`, or `export_run`), the card is built from what
+the run recorded (see `run_card`): its scores, recipe and training curves.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from nanoformer.tokenization import match_model_max_length, save_tokenizer
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from .model_card import CAUSAL_LM, TRANSLATOR, ModelKind, build_model_card, check_metrics
+from .run_card import canonical_metric, card_from_run, read_run
 
 logger = logging.getLogger(__name__)
 
@@ -109,14 +113,37 @@ def _generation_defaults(folder: Path) -> dict[str, Any]:
             if not key.endswith("token_id") and key != "transformers_version" and not isinstance(value, (dict, list))}
 
 
-def _prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
-    if output_dir.exists() and any(output_dir.iterdir()):
+def check_output_dir(output_dir: str | Path, overwrite: bool, *, overwrite_hint: str = "overwrite=True") -> None:
+    """Raise FileExistsError unless `output_dir` is absent, empty, or a previous export that `overwrite` replaces;
+    the message names `overwrite_hint` (the CLI passes ``--overwrite``)."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise FileExistsError(f"{output_dir} exists and is not a folder")
+    if output_dir.is_dir() and any(output_dir.iterdir()):
         if not overwrite:
-            raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True to replace a previous export")
-        if not (output_dir / "config.json").is_file():
+            raise FileExistsError(f"{output_dir} is not empty; pass {overwrite_hint} to replace a previous export")
+        if not (output_dir / "config.json").is_file() or not (output_dir / "README.md").is_file():
             raise FileExistsError(f"{output_dir} is not empty and does not look like a previous export; not deleting it")
+
+
+def _prepare_output_dir(output_dir: Path, overwrite: bool) -> None:
+    check_output_dir(output_dir, overwrite)
+    if output_dir.exists():
         shutil.rmtree(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _merge_metrics(kind: ModelKind, from_run: Mapping[str, float], given: Mapping[str, float]) -> dict[str, float]:
+    """The run's metrics, then the given ones (`eval_bleu` replaces the run's `bleu`, and so on). A new `eval_loss`
+    without a new perplexity drops the run's perplexity (recomputed below for a causal LM)."""
+    merged = dict(from_run)
+    given = {canonical_metric(name): value for name, value in given.items()}
+    if "eval_loss" in given and "perplexity" not in given:
+        merged.pop("perplexity", None)
+    merged.update(given)
+    if kind is CAUSAL_LM and "eval_loss" in merged and "perplexity" not in merged:
+        merged["perplexity"] = math.exp(merged["eval_loss"])
+    return merged
 
 
 def export_for_hub(
@@ -124,6 +151,7 @@ def export_for_hub(
     tokenizer: PreTrainedTokenizerBase,
     output_dir: str | Path,
     *,
+    run_dir: str | Path | None = None,
     metrics: Mapping[str, float] | None = None,
     datasets: Sequence[str] | None = None,
     sacrebleu_signature: str | None = None,
@@ -144,15 +172,23 @@ def export_for_hub(
             `text-generation`.
         tokenizer: the tokenizer to ship (its files are saved next to the weights).
         output_dir: the folder to write; it must be empty or absent (or a previous export, with `overwrite=True`).
-        metrics: flat name → number dict (e.g. `{"bleu": 21.3}` or `{"eval_loss": 1.47}`). Every entry appears
-            unchanged in the card's `model-index`; for a causal LM with `eval_loss` and no `perplexity`, the
-            perplexity `exp(eval_loss)` is added.
-        datasets: Hub ids of the training data for the card (default: Tatoeba for the translator, tiny Shakespeare
-            for the LM); also selects the attribution paragraphs.
-        sacrebleu_signature: the sacreBLEU signature of the BLEU score, attached to the BLEU entry.
-        eval_dataset: `{"type", "name", "split"?, "config"?}` of the evaluation set used for `metrics`.
-        training_args: the training recipe (name → value) shown in the card.
-        figures: image files (e.g. loss curves) copied to `figures/` and shown in the card.
+        run_dir: the trainer's output folder the model came from (`train_mt.py` / `train_lm.py --output_dir`, or
+            an `average_checkpoints` output). The card is then built from what it recorded: `all_results.json`
+            (BLEU with its sacreBLEU signature, eval loss, perplexity, steps, speed, data counts, final model),
+            `training_args.json` (or the newest checkpoint's arguments), `log_history.json` and
+            `training_curves.png` (copied and shown). The arguments below add to it or override it.
+        metrics: flat name → number dict (e.g. `{"bleu": 21.3}` or `{"eval_loss": 1.47}`), added to the run's
+            metrics or replacing them (`eval_bleu` and `bleu` name the same metric, as do `eval_ppl` and
+            `perplexity`). Every entry appears unchanged in the card's `model-index`; for a causal LM with
+            `eval_loss` and no `perplexity`, the perplexity `exp(eval_loss)` is added.
+        datasets: Hub ids of the training data for the card (default: the run's, else Tatoeba for the translator,
+            tiny Shakespeare for the LM); also selects the attribution paragraphs.
+        sacrebleu_signature: the sacreBLEU signature of the BLEU score, attached to the BLEU entry (default: the
+            run's).
+        eval_dataset: `{"type", "name", "split"?, "config"?}` of the evaluation set used for `metrics` (default: the
+            run's validation data).
+        training_args: the training arguments (name → value) shown in the card, merged over the run's.
+        figures: image files (e.g. loss curves) copied to `figures/` and shown in the card, after the run's curves.
         repo_id: the Hub id used in the card's usage snippet (default `your-username/<folder name>`).
         model_name, tags, description: card title, extra tags, and summary paragraph.
         overwrite: replace a previous export at `output_dir`.
@@ -160,9 +196,22 @@ def export_for_hub(
     output_dir = Path(output_dir)
     kind = model_kind(model)
     metrics = check_metrics(metrics)
-    if kind is CAUSAL_LM and "eval_loss" in metrics and "perplexity" not in metrics:
+    run = None
+    if run_dir is not None:
+        if not Path(run_dir).is_dir():
+            raise FileNotFoundError(f"run folder {run_dir} does not exist")
+        run = read_run(run_dir)
+    from_run = card_from_run(run, kind, config=model.config.to_dict(), num_parameters=model.num_parameters()) \
+        if run is not None else None  # fmt: skip
+    if from_run is not None:
+        metrics = _merge_metrics(kind, from_run.metrics, metrics)
+        sacrebleu_signature = sacrebleu_signature or from_run.sacrebleu_signature
+        eval_dataset = eval_dataset or from_run.eval_dataset
+        datasets = datasets if datasets is not None else from_run.datasets
+        training_args = {**from_run.training_args, **(training_args or {})}
+    elif kind is CAUSAL_LM and "eval_loss" in metrics and "perplexity" not in metrics:
         metrics["perplexity"] = math.exp(metrics["eval_loss"])
-    figures = [Path(f) for f in figures or []]
+    figures = [*(from_run.figures if from_run else []), *(Path(f) for f in figures or [])]
     for figure in figures:
         if not figure.is_file():
             raise FileNotFoundError(f"figure {figure} does not exist")
@@ -171,7 +220,11 @@ def export_for_hub(
 
     with _registered_for_auto_classes(model, kind.auto_class):
         model.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
+    saved_limit = tokenizer.model_max_length
+    try:  # the model's real limit, and no `local_files_only`, `max_length`, ... left from loading or calls
+        save_tokenizer(match_model_max_length(tokenizer, model.config), output_dir)
+    finally:
+        tokenizer.model_max_length = saved_limit  # the caller's tokenizer is left as it was
     if not (output_dir / "generation_config.json").is_file():
         model.generation_config.save_pretrained(output_dir)
 
@@ -185,8 +238,10 @@ def export_for_hub(
     check_remote_code(output_dir)
     check_no_pickles(output_dir)
 
-    figure_paths = []
+    figure_paths: list[str] = []
     for figure in figures:
+        if f"figures/{figure.name}" in figure_paths:
+            continue  # the run's curves, also passed as a figure
         (output_dir / "figures").mkdir(exist_ok=True)
         shutil.copy2(figure, output_dir / "figures" / figure.name)
         figure_paths.append(f"figures/{figure.name}")
@@ -204,9 +259,47 @@ def export_for_hub(
         generation=_generation_defaults(output_dir),
         num_parameters=model.num_parameters(),
         training_args=training_args,
+        recipe=from_run.recipe if from_run else None,
+        training_args_source=from_run.training_args_source if from_run else None,
+        notes=from_run.notes if from_run else None,
         figures=figure_paths,
         description=description,
     )
     card.save(output_dir / "README.md")
     logger.info("exported %s (%s) to %s", type(model).__name__, kind.pipeline_tag, output_dir)
     return output_dir
+
+
+def load_for_export(
+    model_dir: str | Path, tokenizer_dir: str | Path | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a saved nanoformer model (encoder–decoder or causal LM, by its config) and its tokenizer with
+    nanoformer's own classes, never the folder's copied code (`trust_remote_code=False`)."""
+    import nanoformer.modeling  # noqa: F401  (registers the nanoformer classes with the Auto classes)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
+    auto_model = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    model = auto_model.from_pretrained(model_dir, trust_remote_code=False)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or model_dir, trust_remote_code=False)
+    return model, tokenizer
+
+
+def export_run(
+    run_dir: str | Path,
+    output_dir: str | Path,
+    *,
+    tokenizer_dir: str | Path | None = None,
+    **card: Any,
+) -> Path:
+    """Export the model a trainer saved in `run_dir` (its ``--output_dir``, or an `average_checkpoints` output)
+    with the card built from the run; `card`: more `export_for_hub` arguments (`repo_id`, `metrics`, `overwrite`…).
+
+        export_run("out/tatoeba", "out/tatoeba-hub", repo_id="you/nanoformer-en-zh")
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{run_dir} holds no saved model (config.json); pass a trainer's --output_dir")
+    check_output_dir(output_dir, bool(card.get("overwrite")))  # before loading the model
+    model, tokenizer = load_for_export(run_dir, tokenizer_dir)
+    return export_for_hub(model, tokenizer, output_dir, run_dir=run_dir, **card)

@@ -75,16 +75,22 @@ DATA_ATTRIBUTION = {
 }
 
 _PRETTY_METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF", "loss": "Eval loss", "perplexity": "Perplexity"}
-_SECRET_WORDS = ("token", "secret", "password", "api_key")  # training-args values never published in a card
+# Training-args values never published in a card: a name with one of these words (`hub_token`, `wandb_api_key`;
+# not `tokenizer_name` or `max_tokens_per_batch`).
+_SECRET_WORDS = frozenset({"token", "secret", "password", "key", "credentials"})
+_TASK_NAMES = {"translation": "Translation", "text-generation": "Text Generation"}
 
 
 def _pretty_metric_name(name: str) -> str:
     return _PRETTY_METRIC_NAMES.get(name.removeprefix("eval_"), name)
 
 
+def _is_secret(key: str) -> bool:
+    return bool(_SECRET_WORDS & set(key.lower().replace("-", "_").split("_")))
+
+
 def _redact(training_args: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: "(redacted)" if any(word in key.lower() for word in _SECRET_WORDS) and value else value
-            for key, value in training_args.items()}
+    return {key: "(redacted)" if _is_secret(key) and value else value for key, value in training_args.items()}
 
 
 def check_metrics(metrics: Mapping[str, Any] | None) -> dict[str, float | int]:
@@ -108,9 +114,12 @@ def _fmt(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _table(rows: Sequence[tuple[Any, Any]], header: tuple[str, str]) -> str:
+def _table(rows: Sequence[tuple[Any, Any]], header: tuple[str, str], *, code_keys: bool = True) -> str:
     lines = [f"| {header[0]} | {header[1]} |", "| --- | --- |"]
-    lines += [f"| `{key}` | {_fmt(value)} |" for key, value in rows]
+    for key, value in rows:
+        name = f"`{key}`" if code_keys else str(key)
+        text = _fmt(value).replace("|", "\\|")  # a `|` in a value (a sacreBLEU signature) would split the cell
+        lines.append(f"| {name} | {text} |")
     return "\n".join(lines)
 
 
@@ -169,6 +178,9 @@ def build_model_card(
     generation: Mapping[str, Any] | None = None,
     num_parameters: int | None = None,
     training_args: Mapping[str, Any] | None = None,
+    recipe: Sequence[tuple[str, str]] | None = None,
+    training_args_source: str | None = None,
+    notes: Sequence[str] | None = None,
     figures: Sequence[str] | None = None,
     description: str | None = None,
 ) -> ModelCard:
@@ -176,7 +188,10 @@ def build_model_card(
     architecture, training recipe, results, figures, data attribution and licence.
 
     Every entry of `metrics` appears in `model-index` with its name as `type` and its value unchanged; the sacreBLEU
-    signature, if given, is attached to the BLEU entries (`args.signature`) and printed in the body.
+    signature, if given, is attached to the BLEU entries (`args.signature`) and printed in the body. `recipe`
+    (setting → text rows, e.g. from `run_card.card_from_run`) is the recipe table; with it, `training_args` is shown
+    in full below it, folded (`training_args_source` names the file they came from). `notes` are paragraphs under
+    the results.
     """
     metrics = check_metrics(metrics)
     datasets = list(datasets) if datasets is not None else list(kind.datasets)
@@ -190,6 +205,7 @@ def build_model_card(
         eval_results.append(
             EvalResult(
                 task_type=kind.pipeline_tag,
+                task_name=_TASK_NAMES.get(kind.pipeline_tag),
                 dataset_type=eval_dataset["type"],
                 dataset_name=eval_dataset["name"],
                 dataset_split=eval_dataset.get("split"),
@@ -226,18 +242,29 @@ def build_model_card(
                  _table(list(generation.items()), ("generation", "value")), ""]
 
     body += ["## Training recipe", ""]
-    if training_args:
+    if recipe:
+        body += [_table(list(recipe), ("setting", "value"), code_keys=False), ""]
+        if training_args:
+            source = f" (`{training_args_source}`)" if training_args_source else ""
+            body += ["<details>", f"<summary>All training arguments{source}</summary>", "",
+                     _table(list(_redact(training_args).items()), ("argument", "value")), "", "</details>", ""]
+    elif training_args:
         body += [_table(list(_redact(training_args).items()), ("setting", "value")), ""]
     else:
         body += ["Not recorded for this export.", ""]
 
     body += ["## Results", ""]
     if metrics:
-        body += [f"Evaluated on {eval_dataset['name']}.", "", _table(list(metrics.items()), ("metric", "value")), ""]
+        split = f"; split: {eval_dataset['split']}" if eval_dataset.get("split") else ""
+        body += [f"Evaluated on {eval_dataset['name']}{split}.", "",
+                 _table([(_pretty_metric_name(k), v) for k, v in metrics.items()], ("metric", "value"),
+                        code_keys=False), ""]  # fmt: skip
     else:
         body += ["No evaluation results were recorded for this export.", ""]
     if sacrebleu_signature:
         body += [f"sacreBLEU signature: `{sacrebleu_signature}`", ""]
+    for note in notes or []:
+        body += [note, ""]
 
     if figures:
         body += ["## Figures", ""]

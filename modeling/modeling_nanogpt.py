@@ -6,6 +6,7 @@ One config switches between the GPT-2 layout (LayerNorm, GELU MLP, learned posit
 `save_pretrained` with remote code) goes through its own machinery rather than re-implementations.
 """
 
+import inspect
 import math
 
 import torch
@@ -107,6 +108,7 @@ class NanoGPTAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.c_proj.is_residual_projection = True  # GPT-2 init scales it down, see `_init_weights`
+        self.attention_dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(
@@ -115,6 +117,7 @@ class NanoGPTAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
+        only_last_query: bool = False,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T, C = hidden_states.shape
@@ -125,6 +128,10 @@ class NanoGPTAttention(nn.Module):
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:  # append this step's keys/values and attend over the cached history
             k, v = cache.update(k, v, self.layer_idx)
+        if only_last_query:  # every position keeps its keys/values (and its cache entry); only the last one asks
+            q = q[:, :, -1:]
+            if isinstance(attention_mask, torch.Tensor):
+                attention_mask = attention_mask[..., -1:, :]
 
         # "sdpa" by default, "eager" as the readable fallback. Spelled out here because transformers only lets
         # `set_attn_implementation` switch models whose file contains this call.
@@ -136,10 +143,10 @@ class NanoGPTAttention(nn.Module):
             v,
             attention_mask,
             scaling=self.scaling,
-            dropout=self.config.dropout if self.training else 0.0,
+            dropout=self.attention_dropout if self.training else 0.0,
             **kwargs,
         )
-        y = y.reshape(B, T, C)  # re-assemble all head outputs side by side
+        y = y.reshape(B, -1, C)  # re-assemble all head outputs side by side
         return self.resid_dropout(self.c_proj(y)), weights
 
 
@@ -189,9 +196,14 @@ class NanoGPTBlock(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
+        only_last_query: bool = False,
         **kwargs,
     ) -> torch.Tensor:
-        attn_output, _ = self.attn(self.ln_1(hidden_states), attention_mask, position_embeddings, cache, **kwargs)
+        attn_output, _ = self.attn(
+            self.ln_1(hidden_states), attention_mask, position_embeddings, cache, only_last_query, **kwargs
+        )
+        if only_last_query:  # the block now answers for the last position only
+            hidden_states = hidden_states[:, -1:]
         hidden_states = hidden_states + attn_output
         return hidden_states + self.mlp(self.ln_2(hidden_states))
 
@@ -261,11 +273,14 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        last_position_only: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
         """`attention_mask` (B, past+T) marks real tokens with 1 and padding with 0; `position_ids` default to
         positions counted from the mask (left padding) or to past..past+T-1; `cache` is a transformers `Cache`.
-        With plain RoPE, each token attends to at most the last `block_size` tokens (`config.sliding_window`)."""
+        With plain RoPE, each token attends to at most the last `block_size` tokens (`config.sliding_window`).
+        `last_position_only=True` returns the hidden state of the last position only (B, 1, n_embd), all that
+        next-token logits need: see the loop below."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
         if inputs_embeds is None:
@@ -313,9 +328,18 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
             hidden_states = inputs_embeds
             position_embeddings = self.rotary_emb(hidden_states, position_ids)
         hidden_states = self.drop(hidden_states)
+        # Only the last position's output is wanted (generation): the final block still writes every position's
+        # keys/values (a complete cache) but runs attention output, MLP and residual for that one row, about 3/4
+        # of its work. (A single query needs no causal mask: it may see every key.)
+        trim_last_block = last_position_only and (mask is None or isinstance(mask, torch.Tensor))
         for block in self.h:
             hidden_states = block(
-                hidden_states, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs
+                hidden_states,
+                attention_mask=mask,
+                position_embeddings=position_embeddings,
+                cache=cache,
+                only_last_query=trim_last_block and block is self.h[-1],
+                **kwargs,
             )
         hidden_states = self.ln_f(hidden_states)
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, cache=cache if use_cache else None)
@@ -360,6 +384,11 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids themselves (shifted inside, -100 ignored); `logits_to_keep=n` computes
         logits for the last n positions only (0: all)."""
+        # generate() keeps the last position's logits only; unless per-layer outputs are recorded (they would come
+        # back one row short), the model can then skip most of the last block for the other positions.
+        recording = kwargs.get("output_hidden_states", self.config.output_hidden_states) or kwargs.get(
+            "output_attentions", self.config.output_attentions
+        )
         outputs = self.transformer(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -367,6 +396,7 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
             cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            last_position_only=isinstance(logits_to_keep, int) and logits_to_keep == 1 and not recording,
             return_dict=True,  # tuples (`return_dict=False`) are made once, by `can_return_tuple` on this forward
             **kwargs,
         )
@@ -412,7 +442,8 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         - Learned positions: nanoGPT's `generate` feeds `idx[:, -block_size:]` to the model at every step. Learned
           positions stop at `block_size - 1`, so once the sequence is longer, the cached keys/values (computed at
           other positions and with a longer context) no longer fit: the cache is emptied and the last `block_size`
-          tokens are encoded again at positions 0..block_size-1, exactly like nanoGPT.
+          tokens are encoded again, without a cache, at positions 0..block_size-1, exactly like nanoGPT (with the
+          last block computed for the last position only, see `NanoGPTModel.forward`).
         - Plain RoPE (`rope_type` "default"): nothing to do here. The model attends through a sliding window of
           `block_size` tokens (`config.sliding_window`), so `DynamicCache` keeps only the newest `block_size - 1`
           keys/values and positions keep counting up (RoPE only sees their differences). Unlike nanoGPT's
@@ -432,15 +463,20 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
         ):
             return model_inputs
 
-        if model_inputs.get("cache") is not None:
-            model_inputs["cache"].reset()
+        # Every position moves, so nothing cached can be reused: the window is encoded without a cache, and
+        # generate()'s cache object is emptied once (beam search may still reorder it; empty, that costs nothing).
+        cache = model_inputs.pop("cache", None)
+        if cache is not None and cache.get_seq_length() > 0:
+            cache.reset()
+        model_inputs["use_cache"] = False
         model_inputs["input_ids"] = input_ids[:, -block_size:]
-        if attention_mask is not None:
-            model_inputs["attention_mask"] = attention_mask[:, -block_size:]
-            model_inputs["position_ids"] = positions_from_mask(model_inputs["attention_mask"], block_size)
-        else:
+        window_mask = attention_mask[:, -block_size:] if attention_mask is not None else None
+        if window_mask is not None and not bool(window_mask.all()):  # left padding still inside the window
+            model_inputs["attention_mask"] = window_mask
+            model_inputs["position_ids"] = positions_from_mask(window_mask, block_size)
+        else:  # no padding: the model's defaults are positions 0..block_size-1 and plain causal attention
             model_inputs.pop("attention_mask", None)
-            model_inputs["position_ids"] = torch.arange(block_size, device=input_ids.device).expand(len(input_ids), -1)
+            model_inputs.pop("position_ids", None)
         return model_inputs
 
 
@@ -449,5 +485,8 @@ class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
 NanoGPTConfig.register_for_auto_class()
 NanoGPTModel.register_for_auto_class("AutoModel")
 NanoGPTForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+# Registered classes count as remote code, for which generate() inspects `forward`'s signature at every step (a
+# check for the removed `cache_position` argument); computed once here, that lookup costs nothing.
+NanoGPTForCausalLM.forward.__signature__ = inspect.signature(NanoGPTForCausalLM.forward)
 
 __all__ = ["NanoGPTForCausalLM", "NanoGPTModel", "NanoGPTPreTrainedModel"]

@@ -148,6 +148,35 @@ def test_logits_to_keep_and_hidden_states(model):
     assert len(full.hidden_states) == model.config.n_layer + 1
 
 
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_last_position_only_runs_the_last_block_for_one_row(model, attn_implementation):
+    """logits_to_keep=1 (what generate() asks for) runs the last block's MLP on one row per sequence, and the
+    logits match the full forward's with left padding, both attention backends and (RoPE) past the sliding window;
+    recording hidden states or attentions keeps every row."""
+    model.set_attn_implementation(attn_implementation)
+    length = model.config.block_size if model.config.position_embedding_type == "learned" else 3 * BLOCK
+    x = prompts(2, length)
+    mask = torch.ones_like(x)
+    mask[0, :5] = 0
+    rows_seen = []
+    hook = model.transformer.h[-1].mlp.register_forward_hook(lambda module, args, out: rows_seen.append(args[0].shape[1]))
+    try:
+        with torch.no_grad():
+            full = model(x, attention_mask=mask)
+            last = model(x, attention_mask=mask, logits_to_keep=1)
+            recorded = model(x, attention_mask=mask, logits_to_keep=1, output_hidden_states=True,
+                             output_attentions=attn_implementation == "eager")
+    finally:
+        hook.remove()
+        model.set_attn_implementation("sdpa")
+    assert rows_seen == [length, 1, length]
+    torch.testing.assert_close(last.logits, full.logits[:, -1:])
+    torch.testing.assert_close(recorded.logits, full.logits[:, -1:])
+    assert all(h.shape == (2, length, model.config.n_embd) for h in recorded.hidden_states)
+    if attn_implementation == "eager":
+        assert recorded.attentions[-1].shape[-2:] == (length, length)
+
+
 def test_generate_from_inputs_embeds(model):
     x = prompts(2, 6)
     kwargs = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": PAD}

@@ -240,7 +240,7 @@ def test_export_and_push_sends_a_loadable_export(lm_run, monkeypatch):
         | {"push_to_hub": True, "hub_model_id": "me/tiny-shakespeare"}
     )
     results = json.loads((lm_run / "all_results.json").read_text())
-    folder = push_model(model, tokenizer, args, results)
+    folder = push_model(model, tokenizer, args)  # the card comes from the run folder (args.output_dir)
     assert pushed == [(folder, "me/tiny-shakespeare")]
     card = (folder / "README.md").read_text()
     assert f"{results['eval_loss_full']:.3f}"[:4] in card and "me/tiny-shakespeare" in card

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import nanoformer.modeling  # noqa: F401  (registers "translator" and "nanogpt" with the Auto classes)
 import torch
-from nanoformer.tokenization import match_model_max_length
+from nanoformer.tokenization import match_model_max_length, save_tokenizer
 from nanoformer.training.checkpointing import META_NAME, list_checkpoints, read_meta
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -377,7 +377,7 @@ def save_averaged_model(
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(output_dir)
-        match_model_max_length(tokenizer, model.config).save_pretrained(output_dir)
+        save_tokenizer(match_model_max_length(tokenizer, model.config), output_dir)  # no loading leftovers
         record = {
             "inputs": [str(path) for path in paths],
             "steps": steps,

@@ -12,7 +12,8 @@ scaffolding around it:
 - `LoopState`: the typed training-loop bookkeeping (step, history, timers, counters, best score) that checkpoints
   carry (`state_dict` / `load_state_dict`).
 - `resume`, `save`: checkpoint round trip of accelerator state, loop state and data position.
-- `save_final`: model, tokenizer (its ``model_max_length`` = the model's position table), ``all_results.json``, ``log_history.json``, ``training_curves.png``.
+- `save_final`: model, tokenizer (its ``model_max_length`` = the model's position table, no loading leftovers),
+  ``all_results.json``, ``training_args.json``, ``log_history.json``, ``training_curves.png``.
 - `export_and_push`: a Hub export of the final model, then the upload.
 - `StopOnSignal`: SIGTERM/SIGINT finish the current update, checkpoint and exit with `PREEMPTED_EXIT_CODE`.
 - `CliParser` / `run_cli`: one error policy: one line naming the problem, exit status 2, no traceback.
@@ -35,7 +36,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from nanoformer.tokenization import match_model_max_length
+from nanoformer.tokenization import match_model_max_length, save_tokenizer
 from nanoformer.training.arguments import (  # noqa: F401 - CliParser and run_cli re-exported for the trainers
     CliParser,
     UsageError,
@@ -48,7 +49,14 @@ from nanoformer.training.arguments import (  # noqa: F401 - CliParser and run_cl
     unit_interval,
 )
 from nanoformer.training.checkpointing import load_checkpoint, read_meta, resolve_checkpoint, save_checkpoint
-from nanoformer.training.reporting import accelerator_tracking_kwargs, plot_curves, write_all_results
+from nanoformer.training.reporting import (
+    TRAINING_ARGS_FILE,
+    accelerator_tracking_kwargs,
+    plot_curves,
+    run_environment,
+    write_all_results,
+    write_training_args,
+)
 from transformers import PretrainedConfig
 
 logger = logging.getLogger(__name__)
@@ -59,7 +67,8 @@ PREEMPTED_EXIT_CODE = 75
 CURVES_FILE = "training_curves.png"
 # What a finished or interrupted run leaves in --output_dir; --overwrite_output_dir removes exactly these.
 RUN_FILES = ("all_results.json", "log_history.json", CURVES_FILE, "config.json", "model.safetensors",
-             "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")  # fmt: skip
+             "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             TRAINING_ARGS_FILE)  # fmt: skip
 RUN_FOLDERS = ("runs", "hub", "tokenizer", "best_model", ".tmp-best_model")
 
 
@@ -424,38 +433,35 @@ def save_final(
     curves: Sequence[str | Sequence[str]],
     title: str,
     labels: dict[str, str] | None = None,
+    args: argparse.Namespace | None = None,
+    trainer: str | None = None,
 ) -> None:
-    """Write the final `model` (unwrapped; call on every process), tokenizer, all_results.json, log_history.json and
-    training_curves.png to `output_dir`, the same files for both trainers."""
+    """Write the final `model` (unwrapped; call on every process), tokenizer, all_results.json, training_args.json
+    (`args`, `trainer` and where the run ran), log_history.json and training_curves.png to `output_dir`, the same
+    files for both trainers."""
     accelerator.wait_for_everyone()
     model.save_pretrained(output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
     if not accelerator.is_main_process:
         return
-    match_model_max_length(tokenizer, model.config).save_pretrained(output_dir)  # the saved limit is the model's
+    save_tokenizer(match_model_max_length(tokenizer, model.config), output_dir)  # the saved limit is the model's
     write_all_results(output_dir, results)
+    if args is not None:
+        write_training_args(output_dir, args, trainer=trainer or "unknown", environment=run_environment(accelerator))
     with open(Path(output_dir) / "log_history.json", "w", encoding="utf-8") as f:
         json.dump(history, f, indent=1)
     plot_curves(history, curves, Path(output_dir) / CURVES_FILE, title=title, labels=labels)
 
 
 def export_and_push(model, tokenizer, args: argparse.Namespace, **card: Any) -> Path:
-    """Export `model` + `tokenizer` as a Hub repo in ``output_dir/hub`` (`card`: export_for_hub's model-card
-    arguments) and upload it to --hub_model_id. A failed upload is a `UsageError`; the model stays in output_dir."""
+    """Export `model` + `tokenizer` as a Hub repo in ``output_dir/hub``, its model card built from the run folder
+    (results, training arguments, curves; `card`: more export_for_hub arguments), and upload it to --hub_model_id.
+    A failed upload is a `UsageError`; the model stays in output_dir."""
     from nanoformer.hub import HubPushError, export_for_hub, push_to_hub
-    from nanoformer.training.reporting import tracker_config
 
-    hidden = {"push_to_hub", "hub_model_id", "output_dir", "resume_from_checkpoint", "with_tracking", "report_to"}
-    curves = Path(args.output_dir) / CURVES_FILE
     folder = export_for_hub(
-        model,
-        tokenizer,
-        Path(args.output_dir) / "hub",
-        training_args={k: v for k, v in tracker_config(args).items() if k not in hidden and k != "checkpoint"},
-        figures=[curves] if curves.is_file() else [],
-        repo_id=args.hub_model_id,
-        overwrite=True,
-        **card,
-    )
+        model, tokenizer, Path(args.output_dir) / "hub", run_dir=args.output_dir, repo_id=args.hub_model_id,
+        overwrite=True, **card,
+    )  # fmt: skip
     try:
         push_to_hub(folder, args.hub_model_id)
     except HubPushError as error:

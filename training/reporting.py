@@ -4,6 +4,8 @@
   ``--with_tracking --report_to tensorboard|trackio|all`` (trackers write locally under ``output_dir``; nothing is
   sent anywhere when HF_HUB_OFFLINE=1 / no credentials).
 - `write_all_results`: the HF examples' ``all_results.json``.
+- `write_training_args`: ``training_args.json``, the run's arguments and where it ran (HF's Trainer saves its
+  ``TrainingArguments`` next to the model too; ours is JSON), so an export's model card can state the recipe.
 - `plot_curves`: one PNG of any logged series against ``step`` (e.g. train/eval loss, BLEU), matplotlib Agg backend.
 """
 
@@ -13,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,8 @@ from typing import Any
 from accelerate.utils import ProjectConfiguration
 
 SUPPORTED_TRACKERS = ("tensorboard", "trackio")
+RESULTS_FILE = "all_results.json"
+TRAINING_ARGS_FILE = "training_args.json"
 
 
 def accelerator_tracking_kwargs(with_tracking: bool, report_to: str, output_dir: str | os.PathLike) -> dict[str, Any]:
@@ -62,7 +67,7 @@ def tracker_config(args: argparse.Namespace | Mapping[str, Any]) -> dict[str, An
 
 
 def write_all_results(
-    output_dir: str | os.PathLike, results: Mapping[str, Any], name: str = "all_results.json"
+    output_dir: str | os.PathLike, results: Mapping[str, Any], name: str = RESULTS_FILE
 ) -> Path:
     """Write `results` as ``output_dir/all_results.json`` (pretty-printed; NaN/inf written as null)."""
 
@@ -76,6 +81,52 @@ def write_all_results(
     with open(path, "w", encoding="utf-8") as f:
         json.dump({key: clean(value) for key, value in results.items()}, f, indent=2, default=str)
         f.write("\n")
+    return path
+
+
+def run_environment(accelerator: Any) -> dict[str, Any]:
+    """Where a run ran: process count, device, precision and library versions (for ``training_args.json``)."""
+    import accelerate
+    import torch
+    import transformers
+
+    device = accelerator.device
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        threads = torch.get_num_threads()
+        device_name = f"{platform.machine() or 'unknown'} CPU, {threads} thread{'s' if threads != 1 else ''} per process"
+    return {
+        "num_processes": accelerator.num_processes,
+        "distributed_type": str(accelerator.distributed_type.value),
+        "mixed_precision": str(accelerator.mixed_precision),
+        "device": device.type,
+        "device_name": device_name,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "accelerate": accelerate.__version__,
+    }
+
+
+def write_training_args(
+    output_dir: str | os.PathLike,
+    args: argparse.Namespace | Mapping[str, Any],
+    *,
+    trainer: str,
+    environment: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``output_dir/training_args.json``: ``{"trainer", "args", "environment"}`` (`args` as given on the command
+    line after defaults; values JSON cannot hold are written as strings)."""
+    items = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
+    record = {
+        "trainer": trainer,
+        "args": {key: value for key, value in items.items() if key != "checkpoint"},  # checkpoint: a resolved Path
+        "environment": dict(environment or {}),
+    }
+    path = Path(output_dir) / TRAINING_ARGS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
     return path
 
 

@@ -194,18 +194,10 @@ def configure_optimizer(model: torch.nn.Module, args: argparse.Namespace) -> tor
     return torch.optim.AdamW(groups, lr=args.learning_rate, betas=betas, eps=args.adam_epsilon)
 
 
-def push_model(model, tokenizer, args: argparse.Namespace, results: dict) -> Path:
-    """Export the model with a card naming its data and whole-split validation loss, and upload it."""
-    if args.dataset_name:
-        datasets, data_name = [args.dataset_name], args.dataset_name
-    else:  # a local file: the card's default attribution (tiny Shakespeare) only if that is what was used
-        data_name = Path(args.train_file).name
-        datasets = None if "shakespeare" in str(args.train_file).lower() else []
-    split = f"last {args.validation_split_percentage:g}% (whole split, non-overlapping block_size windows)"
-    return common.export_and_push(
-        model, tokenizer, args, metrics={"eval_loss": results["eval_loss_full"]}, datasets=datasets,
-        eval_dataset={"type": "text", "name": data_name, "split": split},
-    )  # fmt: skip
+def push_model(model, tokenizer, args: argparse.Namespace) -> Path:
+    """Export the model with a card built from the run folder (its data, whole-split validation loss, recipe and
+    curves; see nanoformer.hub.run_card) and upload it."""
+    return common.export_and_push(model, tokenizer, args)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -350,6 +342,7 @@ def finish(args, accelerator, model, tokenizer, state, evaluate, val_ids, start_
         title=f"NanoGPT ({n_params / 1e6:.2f}M parameters), block {args.block_size}",
         labels={"loss": "training batches (running mean)", "train_loss": f"train split ({args.eval_iters} batches)",
                 "eval_loss": f"validation split ({args.eval_iters} batches)"},
+        args=args, trainer=TRAINER,
     )  # fmt: skip
     if accelerator.is_main_process:
         logger.info(f"Saved the model, tokenizer and results to {args.output_dir}: {json.dumps(results)}")
@@ -361,7 +354,7 @@ def finish(args, accelerator, model, tokenizer, state, evaluate, val_ids, start_
     accelerator.wait_for_everyone()
     accelerator.end_training()
     if args.push_to_hub and accelerator.is_main_process:
-        push_model(unwrapped, tokenizer, args, results)
+        push_model(unwrapped, tokenizer, args)
 
 
 if __name__ == "__main__":

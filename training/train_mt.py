@@ -515,7 +515,7 @@ def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_s
     }
     common.save_final(accelerator, unwrapped, tokenizer, args.output_dir, results, state.history,
                curves=[["loss", "eval_loss"], "eval_bleu"],
-               title=f"{type(unwrapped).__name__} {args.source_lang}→{args.target_lang}")  # fmt: skip
+               title=f"{type(unwrapped).__name__} {args.source_lang}→{args.target_lang}", args=args, trainer=TRAINER)  # fmt: skip
     logger.info(
         f"Done at step {state.step} ({stop_reason}): BLEU {results['eval_bleu']}, loss {results['eval_loss']}, "
         f"{results['train_tokens_per_second']:.0f} target tok/s, data wait {100 * results['data_wait_fraction']:.1f}% "
@@ -527,10 +527,7 @@ def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_s
     accelerator.wait_for_everyone()
     accelerator.end_training()
     if args.push_to_hub and accelerator.is_main_process:  # after the last barrier: a failed upload hangs no one
-        metrics = {k: results[k] for k in ("eval_bleu", "eval_loss") if results.get(k) is not None}
-        common.export_and_push(
-            unwrapped, tokenizer, args, metrics=metrics, sacrebleu_signature=results.get("bleu_signature")
-        )
+        common.export_and_push(unwrapped, tokenizer, args)  # the card comes from output_dir's results and arguments
     return results
 
 
