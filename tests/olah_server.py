@@ -78,11 +78,13 @@ def _git(repo: Path, *args: str) -> None:
         raise RuntimeError(f"`git {' '.join(args)}` failed in {repo}: {done.stderr.strip()}")
 
 
-def publish_git_repo(src: Path, mirrors: Path, repo_id: str, *, use_lfs: bool | None = None) -> Path:
-    """Commit the files of `src` as branch `main` of a non-bare git repo at `<mirrors>/models/<repo_id>`.
+def publish_git_repo(
+    src: Path, mirrors: Path, repo_id: str, *, use_lfs: bool | None = None, repo_type: str = "model"
+) -> Path:
+    """Commit the files of `src` as branch `main` of a non-bare git repo at `<mirrors>/<repo_type>s/<repo_id>`.
 
-    With `use_lfs` (default: when git-lfs is installed) weights and images are stored as git-LFS objects, as on the
-    real Hub; otherwise as plain git blobs (olah serves both).
+    With `use_lfs` (default: when git-lfs is installed) weights, images and Parquet files are stored as git-LFS
+    objects, as on the real Hub; otherwise as plain git blobs (olah serves both).
 
     Load these repos with a full commit SHA as `revision` (resolve `main` with `HfApi.model_info` first): for a
     branch name, olah 0.5.4 answers requests for *missing* files of a local repo with 401 "Repository not found"
@@ -93,14 +95,14 @@ def publish_git_repo(src: Path, mirrors: Path, repo_id: str, *, use_lfs: bool | 
         raise OlahUnavailable("git is not installed")
     if use_lfs is None:
         use_lfs = git_lfs_available()
-    repo = mirrors / "models" / repo_id
+    repo = mirrors / f"{repo_type}s" / repo_id
     if repo.exists():
         shutil.rmtree(repo)
     repo.mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
     if use_lfs:
         _git(repo, "lfs", "install", "--local")
-        _git(repo, "lfs", "track", "*.safetensors", "*.png")
+        _git(repo, "lfs", "track", "*.safetensors", "*.png", "*.parquet")
     shutil.copytree(src, repo, dirs_exist_ok=True)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", f"Add {repo_id}")
@@ -145,8 +147,8 @@ class OlahServer:
         )
         return config
 
-    def start(self, ready_repo: str, timeout: float = 60) -> None:
-        """Start olah and wait until it answers `GET /api/models/<ready_repo>/revision/main` (`/` answers 500)."""
+    def start(self, ready_repo: str, timeout: float = 60, repo_type: str = "model") -> None:
+        """Start olah and wait until it answers `GET /api/<repo_type>s/<ready_repo>/revision/main` (`/` answers 500)."""
         config = self._write_config()
         log = open(self.log_path, "w")
         self.process = subprocess.Popen(
@@ -154,7 +156,7 @@ class OlahServer:
             start_new_session=True,
         )
         log.close()
-        url = f"{self.endpoint}/api/models/{ready_repo}/revision/main"
+        url = f"{self.endpoint}/api/{repo_type}s/{ready_repo}/revision/main"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

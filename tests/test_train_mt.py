@@ -30,12 +30,14 @@ MALFORMED = [
 ]
 
 
-def launch_cmd(args: list[str], num_processes: int = 1) -> list[str]:
+def launch_cmd(args: list[str], num_processes: int = 1, quiet: bool = False) -> list[str]:
     # `--cpu --num_processes N` starts ONE process (accelerate's simple launcher); several CPU processes need the
     # torchrun launcher (--multi_gpu) with ACCELERATE_USE_CPU=1 (set in `launch`), which uses gloo on the CPU.
+    # `quiet`: `-q`, no CalledProcessError traceback of the launcher's own when the script fails (one process).
     device = ["--cpu"] if num_processes == 1 else ["--multi_gpu"]
     return [
-        sys.executable, "-m", "accelerate.commands.launch", *device, "--num_processes", str(num_processes),
+        sys.executable, "-m", "accelerate.commands.launch", *(["-q"] if quiet else []), *device,
+        "--num_processes", str(num_processes),
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", TRAIN_MT, *args,
     ]  # fmt: skip
 

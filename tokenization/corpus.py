@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 JSON_SUFFIXES = (".jsonl", ".json")
 DELIMITED_SUFFIXES = {".tsv": "\t", ".csv": ","}
@@ -216,6 +219,137 @@ def _read_lines(path: Path, stats: CorpusStats) -> Iterator[str]:
             yield line
 
 
+class HubDatasetError(ConnectionError):
+    """A Hub dataset that cannot be streamed (Hub unreachable, unknown id, config or split). The message is one line."""
+
+
+_SCRIPT_REFUSED = "Dataset scripts are no longer supported"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _split_patterns(card_data: Any, config: str | None, split: str) -> list[str]:
+    """The `data_files` patterns of `split` in the dataset card's YAML `configs:` (default: ``<config>/<split>-*``)."""
+    configs = card_data.get("configs") or [] if isinstance(card_data, dict) else []
+    for entry in configs:
+        if entry.get("config_name", "default") != (config or "default"):
+            continue
+        files = entry.get("data_files") or []
+        files = [files] if isinstance(files, str | dict) else files
+        for item in files:
+            if isinstance(item, dict) and item.get("split") == split:
+                paths = item.get("path")
+                return [paths] if isinstance(paths, str) else list(paths or [])
+    return [f"{config}/{split}-*" if config else f"data/{split}-*"]
+
+
+def _parquet_files(files: list[str], card_data: dict, config: str | None, split: str) -> list[str]:
+    """The repo's Parquet files of `config`/`split`, as matched by the card's patterns (fsspec/glob semantics)."""
+    from fnmatch import fnmatchcase
+
+    patterns = _split_patterns(card_data, config, split)
+    return sorted(f for f in files if f.endswith(".parquet") and any(fnmatchcase(f, p) for p in patterns))
+
+
+def _stream_downloaded_copy(dataset_name: str, dataset_config_name: str | None, split: str, what: str, reason: str):
+    """Offline (HF_HUB_OFFLINE=1), `datasets` cannot stream a Hub repo even when it is in the cache: stream the
+    Parquet files of a copy downloaded before (`hf download --repo-type dataset NAME`) from the local cache."""
+    import datasets
+    from huggingface_hub import DatasetCard, snapshot_download
+    from huggingface_hub.errors import IncompleteSnapshotError
+
+    def cached(patterns: list[str]) -> Path:  # the snapshot folder; raises if a file of `patterns` is missing
+        return Path(snapshot_download(dataset_name, repo_type="dataset", local_files_only=True,
+                                      allow_patterns=patterns))  # fmt: skip
+
+    try:
+        local = cached(["README.md"])
+    except IncompleteSnapshotError as error:  # downloaded without its card: the default file layout
+        local = Path(error.snapshot_path)
+    except Exception:  # LocalEntryNotFoundError and friends: nothing downloaded
+        raise HubDatasetError(
+            f"HF_HUB_OFFLINE=1 and no downloaded copy of {dataset_name!r} in the cache ({reason}): download it once "
+            f"with `hf download --repo-type dataset {dataset_name}`, or pass local files with --train_file"
+        ) from None
+    card = local / "README.md"
+    card_data = DatasetCard.load(card).data.to_dict() if card.is_file() else {}
+    try:
+        cached(_split_patterns(card_data, dataset_config_name, split))  # every file of the split is there
+    except IncompleteSnapshotError as error:
+        raise HubDatasetError(f"HF_HUB_OFFLINE=1: {_first_line(error)}") from None
+    files = _parquet_files([p.relative_to(local).as_posix() for p in local.rglob("*.parquet")], card_data,
+                           dataset_config_name, split)  # fmt: skip
+    if not files:
+        raise HubDatasetError(f"HF_HUB_OFFLINE=1: the downloaded copy of {dataset_name!r} in {local} has no Parquet "
+                              f"files of config {dataset_config_name!r}, split {split!r}")  # fmt: skip
+    dataset = datasets.load_dataset(
+        "parquet", data_files={split: [str(local / f) for f in files]}, split=split, streaming=True
+    )
+    return dataset, f"HF_HUB_OFFLINE=1: streaming {what} from the {len(files)} Parquet file(s) downloaded in {local}"
+
+
+def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split: str) -> tuple[Any, str]:
+    """Stream one split of a Hub dataset: ``(datasets.IterableDataset, how)``, `how` a sentence for the log.
+
+    The Hub is asked once first (`HfApi.dataset_info`), so an unreachable endpoint is one `HubDatasetError` within
+    seconds (``load_dataset`` would retry each file for ~25 s, warning each time). A repo that still holds a loading
+    script (``wmt/wmt19`` has carried ``wmt19.py`` next to its Parquet files) is refused by ``datasets`` ≥ 4; its
+    Parquet files of the split (by the card's YAML ``configs:``, else ``<config>/<split>-*``) are then streamed with
+    the ``parquet`` builder, pinned to the revision just asked, and `how` says so. Offline (``HF_HUB_OFFLINE=1``),
+    where ``datasets`` streams nothing, the Parquet files of a copy downloaded before
+    (``hf download --repo-type dataset NAME``) are streamed from the local cache.
+    """
+    import datasets
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    what = f"{dataset_name!r} ({dataset_config_name}, split {split!r})"
+    info = None
+    if not constants.is_offline_mode():  # offline, load_dataset reads the cache
+        try:
+            info = HfApi().dataset_info(dataset_name, revision="main")  # as datasets asks (olah needs the revision)
+        except RepositoryNotFoundError:
+            raise HubDatasetError(f"dataset {dataset_name!r} not found on the Hub at {constants.ENDPOINT}") from None
+        except HfHubHTTPError as error:
+            raise HubDatasetError(f"the Hub at {constants.ENDPOINT} refused {what}: {_first_line(error)}") from None
+        except Exception as error:  # connection refused, DNS, timeout: the transport's own exception types
+            raise HubDatasetError(
+                f"cannot reach the Hugging Face Hub at {constants.ENDPOINT} to stream {what} ({_first_line(error)}): "
+                "set HF_HUB_OFFLINE=1 to stream a copy downloaded before, or pass local files with --train_file"
+            ) from None
+    try:
+        dataset = datasets.load_dataset(dataset_name, dataset_config_name, split=split, streaming=True)
+        return dataset, f"Streaming {what} from {constants.ENDPOINT} with datasets' loader for the repo"
+    except Exception as error:  # missing config or split, offline without a cache... many exception types
+        if info is None:
+            return _stream_downloaded_copy(dataset_name, dataset_config_name, split, what, _first_line(error))
+        if _SCRIPT_REFUSED not in str(error):
+            raise HubDatasetError(
+                f"cannot stream {what} from the Hub: {_first_line(error)} — pass local files with --train_file instead"
+            ) from error
+        script = _first_line(error).rsplit(" ", 1)[-1]
+    card_data = info.card_data.to_dict() if info.card_data else {}
+    files = _parquet_files([s.rfilename for s in info.siblings or []], card_data, dataset_config_name, split)
+    if not files:
+        raise HubDatasetError(
+            f"{dataset_name!r} holds a loading script ({script}), which datasets {datasets.__version__} does not run, "
+            f"and no Parquet files of config {dataset_config_name!r}, split {split!r}"
+        )
+    urls = [f"hf://datasets/{dataset_name}@{info.sha}/{f}" for f in files]
+    try:
+        dataset = datasets.load_dataset("parquet", data_files={split: urls}, split=split, streaming=True)
+    except Exception as error:
+        raise HubDatasetError(f"cannot stream the Parquet files of {what}: {_first_line(error)}") from error
+    shown = files[0] if len(files) == 1 else f"{files[0]} ... {files[-1]}"
+    return dataset, (
+        f"{dataset_name!r} holds a loading script ({script}), which datasets {datasets.__version__} does not run: "
+        f"streaming its {len(files)} Parquet file(s) of {what} instead (data_files {shown} at {info.sha[:12]})"
+    )
+
+
 def read_hub_translation_pairs(
     dataset_name: str,
     dataset_config_name: str | None = None,
@@ -227,19 +361,13 @@ def read_hub_translation_pairs(
 ) -> Iterator[tuple[str, str]]:
     """Stream `(source, target)` pairs from a Hub dataset with a `translation` column (e.g. `wmt/wmt19`, `zh-en`).
 
-    The dataset is opened at call time, so `ConnectionError` (with a hint to use a local `--train_file`) is raised
-    before any pair is read when the Hub cannot be reached.
+    The dataset is opened at call time (`stream_hub_dataset`, which logs how), so a `HubDatasetError` (a
+    `ConnectionError`, with a hint to use a local `--train_file`) is raised before any pair is read when the Hub
+    cannot be reached.
     """
-    import datasets  # imported here: the local readers do not need it
-
     stats = stats if stats is not None else CorpusStats()
-    try:
-        dataset = datasets.load_dataset(dataset_name, dataset_config_name, split=split, streaming=True)
-    except Exception as error:  # offline, unknown id, gated... all surface as different exception types
-        raise ConnectionError(
-            f"could not load Hub dataset {dataset_name!r} (config {dataset_config_name!r}, split {split!r}): {error}. "
-            "If you are offline (HF_HUB_OFFLINE=1 or no network), pass a local JSONL/TSV file with --train_file."
-        ) from error
+    dataset, how = stream_hub_dataset(dataset_name, dataset_config_name, split)
+    logger.info(how)
     return _hub_pairs(dataset, source_lang, target_lang, stats)
 
 

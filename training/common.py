@@ -22,6 +22,7 @@ scaffolding around it:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -190,6 +191,12 @@ def clear_run(output_dir: str | os.PathLike) -> None:
             shutil.rmtree(child) if child.is_dir() else child.unlink()
         elif child.name in RUN_FILES:
             child.unlink()
+
+
+def remove_if_empty(output_dir: str | os.PathLike) -> None:
+    """Remove `output_dir` if it holds nothing (a run that failed before writing anything); keep it otherwise."""
+    with contextlib.suppress(OSError):
+        os.rmdir(output_dir)
 
 
 def check_common_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser, trainer: str) -> None:

@@ -24,6 +24,7 @@ from nanoformer.training.mt_evaluation import zh_script_converter
 from transformers import AutoTokenizer
 
 logger = get_logger(__name__)  # logs on the main process only
+PREFETCH_BATCHES = 256
 
 
 def open_train_source(args):
@@ -122,7 +123,14 @@ def training_batches(args, accelerator, dataset, parser, tokenizer, to_script, s
     if accelerator.num_processes > 1:
         from datasets.distributed import split_dataset_by_node
 
+        shards = dataset.num_shards
         dataset = split_dataset_by_node(dataset, rank=accelerator.process_index, world_size=accelerator.num_processes)
+        if shards % accelerator.num_processes == 0:
+            how = f"its own {dataset.num_shards} of the {shards} shards"
+        else:  # datasets then reads every shard and keeps every num_processes-th row
+            how = f"every {accelerator.num_processes}th row of all {shards} shards (not divisible by the processes)"
+        logger.info(f"process {accelerator.process_index} of {accelerator.num_processes} streams {how}",
+                    main_process_only=False)  # fmt: skip
     stream = TranslationBatchStream(
         dataset,
         parser,
@@ -136,7 +144,10 @@ def training_batches(args, accelerator, dataset, parser, tokenizer, to_script, s
         target_transform=to_script,
     )
     saved = resume(accelerator, checkpoint, state, stream)
-    prefetch = PrefetchIterator(iter(stream))
+    # The stream cuts half its shuffle buffer into batches at once, then refills that half (5,000 pairs by default,
+    # ~2 s of tokenizing on one CPU thread) before it cuts again: a queue of 256 batches (~12 MB at 4096 tokens)
+    # spans a refill at GPU step times. Measured with 20 ms steps on news pairs: 9.5% data wait with 8, 0.1% with 256.
+    prefetch = PrefetchIterator(iter(stream), depth=PREFETCH_BATCHES)
     try:
         first = next(prefetch)
     except DataSourceError:

@@ -30,6 +30,7 @@ from nanoformer.modeling import TranslatorConfig, TranslatorForConditionalGenera
 from nanoformer.tokenization import match_model_max_length
 from nanoformer.training import common
 from nanoformer.training.arguments import (
+    UsageError,
     non_negative_int,
     parse_config_overrides,
     positive_float,
@@ -295,7 +296,17 @@ def make_optimizer(args, model):
 
 def train(args: argparse.Namespace) -> dict:
     run_start = time.perf_counter()
+    fresh_output_dir = not Path(args.output_dir).exists()
     accelerator = common.make_accelerator(args)
+    try:
+        return _train(args, accelerator, run_start)
+    except UsageError:  # e.g. an unreachable Hub: no empty --output_dir is left behind
+        if fresh_output_dir and accelerator.is_main_process:
+            common.remove_if_empty(args.output_dir)
+        raise
+
+
+def _train(args: argparse.Namespace, accelerator, run_start: float) -> dict:
     set_seed(args.seed)
     to_script = zh_script_converter(args.zh_script)
     dataset, parser = open_train_source(args)  # first, so a missing file or unreachable Hub fails before anything else
@@ -318,6 +329,8 @@ def train(args: argparse.Namespace) -> dict:
     prefetch, batches, saved = training_batches(
         args, accelerator, dataset, parser, tokenizer, to_script, state, args.checkpoint
     )
+    first_batch_seconds = time.perf_counter() - run_start  # start-up: data source, tokenizer, model, first batch
+    logger.info(f"First training batch ready {first_batch_seconds:.1f}s after start")
     common.init_trackers(accelerator, args, TRAINER)
     evaluate = make_evaluate(args, accelerator, tokenizer, eval_pairs, eval_batches, state) if eval_pairs else None
     if saved is None and evaluate is not None:
@@ -330,7 +343,7 @@ def train(args: argparse.Namespace) -> dict:
     prefetch.close()
     last_results = choose_final_model(args, accelerator, model, state, evaluate, last_results, data_state)
     return finish(args, accelerator, model, tokenizer, state, stop_reason, last_results, data_state, run_start, {
-        "eval_samples": len(eval_pairs), "num_parameters": n_params,
+        "eval_samples": len(eval_pairs), "num_parameters": n_params, "first_batch_seconds": first_batch_seconds,
     })  # fmt: skip
 
 
@@ -480,6 +493,7 @@ def finish(args, accelerator, model, tokenizer, state, stop_reason, last, data_s
         "best_metric_value": state.best_metric,
         "early_stopped": stop_reason == "early_stopping",
         "train_runtime": state.runtime_before + time.perf_counter() - t0,
+        "first_batch_seconds": info["first_batch_seconds"],  # of this launch (a resumed one: since its start)
         "train_step_seconds": state.train_seconds,
         "data_wait_seconds": state.data_wait_seconds,
         "data_wait_fraction": state.data_wait_seconds / max(state.train_seconds, 1e-9),

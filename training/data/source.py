@@ -11,10 +11,19 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from nanoformer.tokenization.corpus import DELIMITED_SUFFIXES, ENCODING_ERRORS, JSON_SUFFIXES, RowParser
+from accelerate.logging import get_logger
+from nanoformer.tokenization.corpus import (
+    DELIMITED_SUFFIXES,
+    ENCODING_ERRORS,
+    JSON_SUFFIXES,
+    HubDatasetError,
+    RowParser,
+    stream_hub_dataset,
+)
 from nanoformer.training.arguments import UsageError
 
 LOCAL_SUFFIXES = (*JSON_SUFFIXES, *DELIMITED_SUFFIXES)
+logger = get_logger(__name__)  # logs on the main process only
 
 
 class DataSourceError(UsageError):
@@ -33,8 +42,10 @@ def open_translation_source(
 ):
     """Open a streaming `datasets.IterableDataset` of raw rows and the `RowParser` for them.
 
-    A local `data_file` takes precedence over `dataset_name`. Raises `DataSourceError` with a one-line message for a
-    missing or unsupported file, or a Hub dataset that cannot be loaded.
+    A local `data_file` takes precedence over `dataset_name`; a Hub dataset is opened by `stream_hub_dataset` (which
+    streams the Parquet files of a repo that still holds a loading script) and how is logged. Raises
+    `DataSourceError` with a one-line message for a missing or unsupported file, or a Hub dataset that cannot be
+    loaded (an unreachable Hub names the endpoint, within seconds).
     """
     import datasets
 
@@ -54,13 +65,10 @@ def open_translation_source(
     if not dataset_name:
         raise DataSourceError(f"no data: pass {flag} (a local .jsonl/.tsv/.csv file) or --dataset_name")
     try:
-        dataset = datasets.load_dataset(dataset_name, dataset_config_name, split=split, streaming=True)
-    except Exception as error:  # offline, unknown id, missing split... surface as many exception types
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DataSourceError(
-            f"cannot stream {dataset_name!r} ({dataset_config_name}, split {split!r}) from the Hugging Face Hub: "
-            f"{reason} — pass local files with {flag} instead"
-        ) from error
+        dataset, how = stream_hub_dataset(dataset_name, dataset_config_name, split)
+    except HubDatasetError as error:
+        raise DataSourceError(str(error).replace("--train_file", flag)) from None
+    logger.info(how)
     return dataset, RowParser("hub", source_lang, target_lang)
 
 

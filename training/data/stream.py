@@ -24,8 +24,10 @@ The stream repeats (epochs) forever; the trainer stops on ``--max_train_steps``/
 buffer and of the batches cut but not yet emitted, the shuffling RNG and the counters, all as they were right after the
 last batch the trainer consumed (batches prefetched but not consumed are produced again). A resumed run therefore sees
 the same batches, in the same order, as an uninterrupted one. We use no ``datasets`` shuffle buffer — its contents are
-not saved and would be refilled with new rows on resume, losing the rows that were in it. For a Hub dataset with
-several shards the shard order is shuffled per epoch (``shuffle(buffer_size=1)`` holds no rows, so nothing is lost).
+not saved and would be refilled with new rows on resume, losing the rows that were in it. Shards are read in file
+order in every epoch (no ``datasets`` shuffling at all), so a corpus stored grouped by source is only mixed within
+our shuffle buffer. With several shards a resume continues in the shard it stopped in and reads on across the shard
+boundaries (tests/test_hub_streaming.py checks it against an uninterrupted run).
 Not restored: nothing else. A checkpoint is only valid for the same data files, tokenizer and data arguments.
 """
 
