@@ -24,10 +24,15 @@ The stream repeats (epochs) forever; the trainer stops on ``--max_train_steps``/
 buffer and of the batches cut but not yet emitted, the shuffling RNG and the counters, all as they were right after the
 last batch the trainer consumed (batches prefetched but not consumed are produced again). A resumed run therefore sees
 the same batches, in the same order, as an uninterrupted one. We use no ``datasets`` shuffle buffer — its contents are
-not saved and would be refilled with new rows on resume, losing the rows that were in it. Shards are read in file
-order in every epoch (no ``datasets`` shuffling at all), so a corpus stored grouped by source is only mixed within
-our shuffle buffer. With several shards a resume continues in the shard it stopped in and reads on across the shard
-boundaries (tests/test_hub_streaming.py checks it against an uninterrupted run).
+not saved and would be refilled with new rows on resume, losing the rows that were in it.
+
+**Shard order.** A Hub split stored as several Parquet files is grouped by sub-corpus (``wmt/wmt19`` zh-en: news
+commentary, then wikititles, the UN corpus...), which a 10k-pair buffer cannot mix. With ``dataset`` a function of
+the epoch, the trainer (`mt_setup.py`) streams epoch ``e`` with the files in the order `shard_order` draws from the
+seed and ``e`` (the same on every process, before ``split_dataset_by_node``): the same seed gives the same orders,
+each epoch another. A resume rebuilds the saved epoch's order, then loads the ``datasets`` position in it, so it
+continues in the shard it stopped in and reads on across the shard boundaries (tests/test_hub_streaming.py checks it
+against an uninterrupted run).
 Not restored: nothing else. A checkpoint is only valid for the same data files, tokenizer and data arguments.
 """
 
@@ -69,7 +74,7 @@ class TranslationBatchStream:
 
     def __init__(
         self,
-        dataset,
+        dataset: Any,  # a datasets.IterableDataset, or a function of the epoch returning that epoch's one
         parser: RowParser,
         tokenizer,
         *,
@@ -179,19 +184,20 @@ class TranslationBatchStream:
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
         state = self.state
-        rows_iter = None
+        rows_iter, dataset = None, None
         while True:
             while state.pending:
                 pairs = state.pending.pop()
                 state.counters["pairs"] += len(pairs)
                 yield pad_batch(pairs, self.tokenizer.pad_token_id), self._snapshot()
             if rows_iter is None:
-                self.dataset.set_epoch(state.epoch)
+                dataset = self.dataset(state.epoch) if callable(self.dataset) else self.dataset
+                dataset.set_epoch(state.epoch)
                 if state.dataset is not None:
-                    self.dataset.load_state_dict(state.dataset)
-                rows_iter = iter(self.dataset)
+                    dataset.load_state_dict(state.dataset)
+                rows_iter = iter(dataset)
             rows = list(islice(rows_iter, self.tokenize_chunk))
-            state.dataset = self.dataset.state_dict()
+            state.dataset = dataset.state_dict()
             if rows:
                 self._add_rows(rows)
                 if len(state.buffer) >= self.shuffle_buffer_size:
@@ -213,6 +219,14 @@ class TranslationBatchStream:
             state.epoch += 1
             state.dataset = None
             rows_iter = None
+
+
+def shard_order(num_files: int, seed: int, epoch: int) -> list[int]:
+    """The order in which epoch `epoch` reads the `num_files` files of a split: a permutation drawn from `seed` and
+    `epoch` alone (the same on every process and after a resume; another one each epoch)."""
+    order = list(range(num_files))
+    random.Random(f"shard order {seed} {epoch}").shuffle(order)
+    return order
 
 
 def malformed_count(counters: Counter | dict) -> int:
