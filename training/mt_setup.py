@@ -42,7 +42,8 @@ def open_train_source(args) -> tuple[SplitFiles, RowParser]:
 
 
 def load_or_train_tokenizer(args, accelerator, resuming: bool):
-    """--tokenizer_name, else the model's, else one trained on the first training pairs (saved in output_dir)."""
+    """--tokenizer_name, else the model's, else one trained on the first training pairs of epoch 0's file order (saved
+    in output_dir)."""
     name = args.tokenizer_name or args.model_name_or_path
     if name:
         try:
@@ -60,7 +61,7 @@ def load_or_train_tokenizer(args, accelerator, resuming: bool):
         from nanoformer.tokenization import train_bpe_tokenizer
 
         train_files, parser = open_train_source(args)
-        dataset = train_rows(args, train_files, epoch=0)  # the pairs the first epoch starts with
+        dataset = train_files.stream(epoch_shard_order(args, train_files, 0))  # the pairs epoch 0 starts with
         to_script = zh_script_converter(args.zh_script)
 
         def texts():
