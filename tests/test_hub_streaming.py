@@ -284,6 +284,22 @@ def test_kill_9_then_resume_continues_the_stream_across_shards(hubs, main_run, t
     assert results["eval_loss"] == pytest.approx(reference_results["eval_loss"], rel=1e-4)
 
 
+def test_resuming_in_another_shard_order_fails_in_one_line(hubs, main_run, tmp_path):
+    """The checkpoint saved epoch 0's file order: --no_shuffle_shards (or another --seed) would resume its position
+    in other files, so the resume stops in one line instead."""
+    step = main_run["out"] / "step_5"
+    args = [*flags(tmp_path / "out", drop=("vocab_size", "tokenizer_train_samples"), tokenizer_name=main_run["out"]),
+            "--resume_from_checkpoint", str(step), "--no_shuffle_shards"]  # fmt: skip
+    result = subprocess.run([sys.executable, TRAIN_MT, *args], env=hub_env(hubs["parquet"].endpoint, tmp_path / "hf"),
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert line == (f"train_mt.py: error: the checkpoint's data stream read epoch 0's training files in the order "
+                    f"{EPOCH_0_ORDER}, this run reads them in file order: resume with the checkpoint's --seed and "
+                    "--shuffle_shards or --no_shuffle_shards")  # fmt: skip
+    assert "Traceback" not in result.stderr
+
+
 def test_two_processes_stream_their_own_shards_of_a_repo_with_a_loading_script(hubs, main_run, tmp_path):
     proxy, out = hubs["script"], tmp_path / "out"
     env = {**hub_env(proxy.endpoint, tmp_path / "hf_home"), "ACCELERATE_USE_CPU": "1"}

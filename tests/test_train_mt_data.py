@@ -82,6 +82,20 @@ def test_stream_opens_each_epoch_and_a_resume_its_saved_epoch(shared_data, bpe_t
     assert reopened[0] == 1
 
 
+def test_a_state_saved_in_another_file_order_is_refused(shared_data, bpe_tokenizer):
+    path = shared_data / "tatoeba-cmn-eng" / "valid.jsonl"
+    _, state = next(iter(stream_for(path, bpe_tokenizer, epoch_order=lambda epoch: [1, 0])))
+    assert state["file_order"] == [1, 0]
+    stream_for(path, bpe_tokenizer, epoch_order=lambda epoch: [1, 0]).load_state_dict(state)
+    with pytest.raises(DataSourceError, match=r"read epoch 0's training files in the order \[1, 0\], this run reads "
+                       r"them in file order: resume with the checkpoint's --seed"):  # fmt: skip
+        stream_for(path, bpe_tokenizer).load_state_dict(state)
+    del state["file_order"]  # a checkpoint from before the shard order: file order
+    stream_for(path, bpe_tokenizer).load_state_dict(state)
+    with pytest.raises(DataSourceError, match=r"files in file order, this run reads them in the order \[1, 0\]"):
+        stream_for(path, bpe_tokenizer, epoch_order=lambda epoch: [1, 0]).load_state_dict(state)
+
+
 def test_overlong_pairs_truncated_or_dropped(tmp_path, bpe_tokenizer):
     long = " ".join(["word"] * 100)
     rows = [{"translation": {"en": "Hi.", "zh": "嗨。"}}, {"translation": {"en": long, "zh": "长"}}]

@@ -182,6 +182,7 @@ def training_batches(args, accelerator, train_files: SplitFiles, parser, tokeniz
         shuffle_buffer_size=args.shuffle_buffer_size,
         seed=args.seed + accelerator.process_index,
         target_transform=to_script,
+        epoch_order=lambda epoch: epoch_shard_order(args, train_files, epoch),
     )
     saved = resume(accelerator, checkpoint, state, stream)
     # The stream cuts half its shuffle buffer into batches at once, then refills that half (5,000 pairs by default,

@@ -30,9 +30,10 @@ not saved and would be refilled with new rows on resume, losing the rows that we
 commentary, then wikititles, the UN corpus...), which a 10k-pair buffer cannot mix. With ``dataset`` a function of
 the epoch, the trainer (`mt_setup.py`) streams epoch ``e`` with the files in the order `shard_order` draws from the
 seed and ``e`` (the same on every process, before ``split_dataset_by_node``): the same seed gives the same orders,
-each epoch another. A resume rebuilds the saved epoch's order, then loads the ``datasets`` position in it, so it
-continues in the shard it stopped in and reads on across the shard boundaries (tests/test_hub_streaming.py checks it
-against an uninterrupted run).
+each epoch another. The state saves the epoch's order (``file_order``); a resume checks it against its own
+`epoch_order`, rebuilds that order, then loads the ``datasets`` position in it, so it continues in the shard it
+stopped in and reads on across the shard boundaries (tests/test_hub_streaming.py checks it against an uninterrupted
+run).
 Not restored: nothing else. A checkpoint is only valid for the same data files, tokenizer and data arguments.
 """
 
@@ -86,6 +87,7 @@ class TranslationBatchStream:
         seed: int = 0,
         target_transform: Callable[[str], str] | None = None,
         tokenize_chunk: int = 512,
+        epoch_order: Callable[[int], list[int] | None] | None = None,
     ) -> None:
         if overlong not in ("truncate", "drop"):
             raise ValueError(f"overlong must be 'truncate' or 'drop', got {overlong!r}")
@@ -105,6 +107,7 @@ class TranslationBatchStream:
         self.target_transform = target_transform
         self.tokenize_chunk = tokenize_chunk
         self.eos_token_id = tokenizer.eos_token_id
+        self.epoch_order = epoch_order  # the file order of an epoch (None: file order), saved and checked on resume
         self.state = _StreamState()
         self.rng = random.Random(seed)
 
@@ -118,10 +121,24 @@ class TranslationBatchStream:
             "pending": list(self.state.pending),
             "rng": [rng[0], list(rng[1]), rng[2]],
             "counters": dict(self.state.counters),
+            "file_order": self.epoch_order(self.state.epoch) if self.epoch_order else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a state yielded with a batch (call before iterating)."""
+        """Continue from a state yielded with a batch (call before iterating). A state saved while reading the
+        files in another order than this stream's `epoch_order` of its epoch (another --seed or --shuffle_shards;
+        checkpoints before the shard order read them in file order) is refused in one line."""
+        saved_order = state.get("file_order")
+        order = self.epoch_order(state["epoch"]) if self.epoch_order else None
+        if saved_order != order:
+            def say(o: list[int] | None) -> str:
+                return "in file order" if o is None else f"in the order {o}"
+
+            raise DataSourceError(
+                f"the checkpoint's data stream read epoch {state['epoch']}'s training files {say(saved_order)}, this "
+                f"run reads them {say(order)}: resume with the checkpoint's --seed and --shuffle_shards or "
+                "--no_shuffle_shards"
+            )
         self.state = _StreamState(
             dataset=state["dataset"],
             epoch=state["epoch"],
