@@ -292,7 +292,8 @@ def _downloaded_copy(
 
 @dataclass
 class SplitFiles:
-    """One split of a Hub dataset as its resolved data files, streamed in the repo's file order or in any order.
+    """One split as its resolved data files (a Hub split's, or one local file), streamed in file order or, for
+    Parquet files, in any order.
 
     ``stream()`` is the split in file order (made once, then reused); ``stream(order)`` reads the files in `order`
     (a permutation of ``range(num_files)``) with the ``parquet`` builder and the split's features, so every order
