@@ -17,7 +17,8 @@ The server is what `huggingface_hub`/`datasets` really talk to over HTTP on 127.
   the first server holds one shard over fsspec's 5 MiB read block, read in true ranges like the Hub's ~270 MB shards:
   a test streams it through the proxy and checks that olah alone fails on it.
 
-Every run uses the trainer's default `--dataset_name wmt/wmt19 --dataset_config_name zh-en`.
+Every run uses the trainer's default `--dataset_name wmt/wmt19 --dataset_config_name zh-en`, and its default
+`--shuffle_shards`: each epoch reads the four shards in an order drawn from the seed and the epoch.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ configs:
 # WMT19 zh-en (a tiny copy in the Hub repo's layout, for tests)
 """
 SCRIPT_NOTE = "holds a loading script (wmt19.py)"
+SEED = 42  # train_mt's default --seed
+# Epoch 0's file order for SEED (`shard_order`, pinned here so that a changed RNG fails loudly): not the file order.
+EPOCH_0_ORDER = [0, 3, 1, 2]
+LAST_FILE = TRAIN_FILES[EPOCH_0_ORDER[-1]]  # read last in epoch 0
 LARGE_REPO = "nanoformer-test/wmt19-large-shard"  # one shard larger than fsspec's 5 MiB read block
 BLOCK = 5 * 2**20
 # The main run: a tokenizer trained from the first 500 streamed pairs, 30 steps over 1,100 of the 1,200 pairs
@@ -210,6 +215,7 @@ def test_train_streams_the_hub_dataset_and_evaluates_on_its_validation_split(mai
     out, log = main_run["out"], main_run["log"]
     assert "Streaming 'wmt/wmt19' (zh-en, split 'train')" in log and SCRIPT_NOTE not in log
     assert "Streaming 'wmt/wmt19' (zh-en, split 'validation')" in log
+    assert f"epoch 0 (every epoch: --max_train_samples) reads the 4 training files in the order {EPOCH_0_ORDER}" in log
     for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "all_results.json",
                  "log_history.json", "training_curves.png", "tokenizer/tokenizer.json"):  # fmt: skip
         assert (out / name).is_file(), name
@@ -231,11 +237,12 @@ def test_train_streams_the_hub_dataset_and_evaluates_on_its_validation_split(mai
 
 
 def test_kill_9_then_resume_continues_the_stream_across_shards(hubs, main_run, tmp_path):
-    """A run killed while its stream waits for shard 3 resumes from its checkpoint in shard 2 and ends exactly
-    where the uninterrupted run did: same stream state (rows read, position, buffered and batched pairs), same loss."""
+    """A run killed while its stream waits for the shard it reads last (the files are read in the seeded order
+    EPOCH_0_ORDER) resumes from its checkpoint in an earlier shard of that order and ends exactly where the
+    uninterrupted run did: same stream state (rows read, position, buffered and batched pairs), same loss."""
     proxy, out = hubs["parquet"], tmp_path / "out"
     env = hub_env(proxy.endpoint, tmp_path / "hf_home")
-    proxy.hold(TRAIN_FILES[3])
+    proxy.hold(LAST_FILE)
     proc = subprocess.Popen(launch_cmd(flags(out)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
     try:
@@ -258,7 +265,7 @@ def test_kill_9_then_resume_continues_the_stream_across_shards(hubs, main_run, t
     served_before = len(proxy.served)
     result = run(launch_cmd([*flags(out), "--resume_from_checkpoint", "latest"]), env)
     assert f"Resumed from {out / f'step_{killed_at}'} at step {killed_at}" in result.stdout + result.stderr
-    assert any(TRAIN_FILES[3] in path for path in proxy.served[served_before:])  # it read on into shard 3
+    assert any(LAST_FILE in path for path in proxy.served[served_before:])  # it read on into the last shard
     reference = main_run["out"]
     assert (out / "tokenizer" / "tokenizer.json").read_text() == (reference / "tokenizer" / "tokenizer.json").read_text()
     for step in range(killed_at + 5, MAIN_FLAGS["max_train_steps"] + 1, 5):
@@ -277,6 +284,22 @@ def test_kill_9_then_resume_continues_the_stream_across_shards(hubs, main_run, t
     assert results["eval_loss"] == pytest.approx(reference_results["eval_loss"], rel=1e-4)
 
 
+def test_resuming_in_another_shard_order_fails_in_one_line(hubs, main_run, tmp_path):
+    """The checkpoint saved epoch 0's file order: --no_shuffle_shards (or another --seed) would resume its position
+    in other files, so the resume stops in one line instead."""
+    step = main_run["out"] / "step_5"
+    args = [*flags(tmp_path / "out", drop=("vocab_size", "tokenizer_train_samples"), tokenizer_name=main_run["out"]),
+            "--resume_from_checkpoint", str(step), "--no_shuffle_shards"]  # fmt: skip
+    result = subprocess.run([sys.executable, TRAIN_MT, *args], env=hub_env(hubs["parquet"].endpoint, tmp_path / "hf"),
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert line == (f"train_mt.py: error: the checkpoint's data stream read epoch 0's training files in the order "
+                    f"{EPOCH_0_ORDER}, this run reads them in file order: resume with the checkpoint's --seed and "
+                    "--shuffle_shards or --no_shuffle_shards")  # fmt: skip
+    assert "Traceback" not in result.stderr
+
+
 def test_two_processes_stream_their_own_shards_of_a_repo_with_a_loading_script(hubs, main_run, tmp_path):
     proxy, out = hubs["script"], tmp_path / "out"
     env = {**hub_env(proxy.endpoint, tmp_path / "hf_home"), "ACCELERATE_USE_CPU": "1"}
@@ -289,6 +312,7 @@ def test_two_processes_stream_their_own_shards_of_a_repo_with_a_loading_script(h
     assert f"{SCRIPT_NOTE}, which datasets" in log and "streaming its 4 Parquet file(s)" in log
     for rank in (0, 1):
         assert f"process {rank} of 2 streams its own 2 of the 4 shards" in log
+    assert f"epoch 0 reads the 4 training files in the order {EPOCH_0_ORDER}, drawn from --seed {SEED}" in log
     states = [read_json(out / "step_20" / f"data_state_{rank}.json") for rank in (0, 1)]
     # Each process read its two whole shards (its rows are counted once, on the first pass) ...
     assert [s["counters"]["rows"] for s in states] == [2 * PAIRS_PER_SHARD] * 2
@@ -298,6 +322,58 @@ def test_two_processes_stream_their_own_shards_of_a_repo_with_a_loading_script(h
     results = read_json(out / "all_results.json")
     assert results["num_processes"] == 2 and results["rows_read"] == SHARDS * PAIRS_PER_SHARD
     assert results["eval_bleu"] is not None
+
+
+EPOCH_ROWS = """
+import json, sys
+from accelerate import PartialState
+from nanoformer.training.mt_setup import epoch_shard_order, open_train_source, process_rows
+from nanoformer.training.train_mt import parse_args
+
+PartialState()  # accelerate's logger needs it
+runs = []
+for flags, epochs in json.loads(sys.argv[1]):
+    args = parse_args(flags)
+    train_files, parser = open_train_source(args)  # a fresh open each time, as a resumed run does
+    runs.append([{
+        "order": epoch_shard_order(args, train_files, epoch),
+        "ranks": [[parser(row)[0] for row in process_rows(args, train_files, epoch, rank, 2)] for rank in (0, 1)],
+    } for epoch in epochs])
+print(json.dumps({"files": train_files.files, "runs": runs}))
+"""
+
+
+@pytest.mark.parametrize("variant", ["parquet", "script"])
+def test_each_epoch_reads_the_shards_in_its_own_seeded_order(hubs, pairs, tmp_path, variant):
+    """What two processes stream per epoch (the trainer's `process_rows`): the files in the order drawn from the seed
+    and the epoch, reproducible (a second open gives the same), another each epoch; each process its own shards of
+    that order, together every pair once. --no_shuffle_shards: file order; --max_train_samples: epoch 0's rows."""
+    base = ["--output_dir", str(tmp_path / "out"), "--tokenizer_name", "unused"]
+    runs = [(base, [0, 1, 2]), (base, [1]), ([*base, "--seed", "7"], [0]), ([*base, "--no_shuffle_shards"], [0, 1]),
+            ([*base, "--max_train_samples", "700"], [0, 1])]  # fmt: skip
+    env = hub_env(hubs[variant].endpoint, tmp_path / "hf_home")
+    result = json.loads(run([sys.executable, "-c", EPOCH_ROWS, json.dumps(runs)], env).stdout.splitlines()[-1])
+    assert [f.rsplit("/", 2)[-2] + "/" + f.rsplit("/", 1)[-1] for f in result["files"]] == TRAIN_FILES
+    shards = [[p["en"] for p in pairs["train"][i * PAIRS_PER_SHARD : (i + 1) * PAIRS_PER_SHARD]] for i in range(SHARDS)]
+
+    def rows(order: list[int], rank: int) -> list[str]:  # split_dataset_by_node: shards rank, rank + 2, ... of order
+        return [en for position, shard in enumerate(order) if position % 2 == rank for en in shards[shard]]
+
+    default, again, seed_7, file_order, capped = result["runs"]
+    orders = [epoch["order"] for epoch in default]
+    assert orders[0] == EPOCH_0_ORDER and len({tuple(o) for o in orders}) == 3  # another order each epoch
+    assert again[0] == default[1]  # the same seed and epoch: the same order and rows, in a fresh open
+    assert seed_7[0]["order"] != EPOCH_0_ORDER
+    for epoch in [*default, *seed_7]:
+        assert sorted(epoch["order"]) == list(range(SHARDS))
+        assert epoch["ranks"] == [rows(epoch["order"], 0), rows(epoch["order"], 1)]
+        assert sorted(epoch["ranks"][0] + epoch["ranks"][1]) == sorted(en for shard in shards for en in shard)
+    assert [epoch["order"] for epoch in file_order] == [None, None]
+    assert all(epoch["ranks"] == [rows([0, 1, 2, 3], 0), rows([0, 1, 2, 3], 1)] for epoch in file_order)
+    # --max_train_samples 700, in every epoch epoch 0's order: `take` then `split_dataset_by_node`, which gives each
+    # process 350 rows, the first of its own shards.
+    assert [epoch["order"] for epoch in capped] == [EPOCH_0_ORDER] * 2
+    assert capped[0]["ranks"] == capped[1]["ranks"] == [rows(EPOCH_0_ORDER, 0)[:350], rows(EPOCH_0_ORDER, 1)[:350]]
 
 
 def test_tokenizer_cli_streams_the_hub_dataset(hubs, tmp_path):

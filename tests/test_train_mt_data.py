@@ -10,16 +10,17 @@ from nanoformer.training.data import (
     TranslationBatchStream,
     bucket_into_batches,
     open_translation_source,
+    shard_order,
 )
 
 
-def stream_for(path, tokenizer, **kwargs):
-    dataset, parser = open_translation_source(
+def stream_for(path, tokenizer, dataset=None, **kwargs):
+    opened, parser = open_translation_source(
         data_file=str(path), dataset_name=None, dataset_config_name=None, split="train", source_lang="en",
         target_lang="zh",
     )  # fmt: skip
     options = {"max_tokens": 512, "max_source_length": 32, "max_target_length": 32, "shuffle_buffer_size": 300}
-    return TranslationBatchStream(dataset, parser, tokenizer, **{**options, **kwargs})
+    return TranslationBatchStream(dataset or opened, parser, tokenizer, **{**options, **kwargs})
 
 
 def test_batches_respect_the_padded_token_budget():
@@ -44,6 +45,55 @@ def test_stream_resumes_exactly_mid_epoch(shared_data, bpe_tokenizer):
     continued = [batch["input_ids"] for batch, _ in islice(resumed, 36)]
     assert all(torch.equal(a, b) for a, b in zip(reference[24:], continued, strict=True))
     assert max(state["epoch"] for _, state in islice(stream_for(path, bpe_tokenizer), 60)) >= 1
+
+
+def test_shard_order_is_a_seeded_permutation_per_epoch():
+    orders = [shard_order(13, seed=42, epoch=epoch) for epoch in range(5)]
+    assert all(sorted(order) == list(range(13)) for order in orders)
+    assert len({tuple(order) for order in orders}) == 5 and list(range(13)) not in orders
+    assert orders == [shard_order(13, seed=42, epoch=epoch) for epoch in range(5)]  # reproducible
+    assert shard_order(13, seed=43, epoch=0) != orders[0]
+
+
+def test_stream_opens_each_epoch_and_a_resume_its_saved_epoch(shared_data, bpe_tokenizer):
+    """With `dataset` a function of the epoch (the trainer's per-epoch shard order), the stream asks for each epoch's
+    dataset in turn, and a resumed stream first for the epoch it was saved in."""
+    path = shared_data / "tatoeba-cmn-eng" / "valid.jsonl"
+    dataset, _ = open_translation_source(
+        data_file=str(path), dataset_name=None, dataset_config_name=None, split="train", source_lang="en",
+        target_lang="zh",
+    )  # fmt: skip
+
+    def stream(opened: list[int]) -> TranslationBatchStream:
+        def for_epoch(epoch: int):
+            opened.append(epoch)
+            return dataset
+
+        return stream_for(path, bpe_tokenizer, dataset=for_epoch)
+
+    opened: list[int] = []
+    states = [json.loads(json.dumps(state)) for _, state in islice(stream(opened), 60)]
+    assert opened == list(range(states[-1]["epoch"] + 1)) and len(opened) >= 2
+    saved = next(state for state in states if state["epoch"] == 1 and state["dataset"] is not None)
+    reopened: list[int] = []
+    resumed = stream(reopened)
+    resumed.load_state_dict(saved)
+    list(islice(resumed, 20))
+    assert reopened[0] == 1
+
+
+def test_a_state_saved_in_another_file_order_is_refused(shared_data, bpe_tokenizer):
+    path = shared_data / "tatoeba-cmn-eng" / "valid.jsonl"
+    _, state = next(iter(stream_for(path, bpe_tokenizer, epoch_order=lambda epoch: [1, 0])))
+    assert state["file_order"] == [1, 0]
+    stream_for(path, bpe_tokenizer, epoch_order=lambda epoch: [1, 0]).load_state_dict(state)
+    with pytest.raises(DataSourceError, match=r"read epoch 0's training files in the order \[1, 0\], this run reads "
+                       r"them in file order: resume with the checkpoint's --seed"):  # fmt: skip
+        stream_for(path, bpe_tokenizer).load_state_dict(state)
+    del state["file_order"]  # a checkpoint from before the shard order: file order
+    stream_for(path, bpe_tokenizer).load_state_dict(state)
+    with pytest.raises(DataSourceError, match=r"files in file order, this run reads them in the order \[1, 0\]"):
+        stream_for(path, bpe_tokenizer, epoch_order=lambda epoch: [1, 0]).load_state_dict(state)
 
 
 def test_overlong_pairs_truncated_or_dropped(tmp_path, bpe_tokenizer):

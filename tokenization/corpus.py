@@ -21,7 +21,7 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,10 +254,11 @@ def _parquet_files(files: list[str], card_data: dict, config: str | None, split:
     return sorted(f for f in files if f.endswith(".parquet") and any(fnmatchcase(f, p) for p in patterns))
 
 
-def _stream_downloaded_copy(dataset_name: str, dataset_config_name: str | None, split: str, what: str, reason: str):
+def _downloaded_copy(
+    dataset_name: str, dataset_config_name: str | None, split: str, what: str, reason: str
+) -> tuple[SplitFiles, str]:
     """Offline (HF_HUB_OFFLINE=1), `datasets` cannot stream a Hub repo even when it is in the cache: stream the
     Parquet files of a copy downloaded before (`hf download --repo-type dataset NAME`) from the local cache."""
-    import datasets
     from huggingface_hub import DatasetCard, snapshot_download
     from huggingface_hub.errors import IncompleteSnapshotError
 
@@ -285,14 +286,63 @@ def _stream_downloaded_copy(dataset_name: str, dataset_config_name: str | None, 
     if not files:
         raise HubDatasetError(f"HF_HUB_OFFLINE=1: the downloaded copy of {dataset_name!r} in {local} has no Parquet "
                               f"files of config {dataset_config_name!r}, split {split!r}")  # fmt: skip
-    dataset = datasets.load_dataset(
-        "parquet", data_files={split: [str(local / f) for f in files]}, split=split, streaming=True
-    )
-    return dataset, f"HF_HUB_OFFLINE=1: streaming {what} from the {len(files)} Parquet file(s) downloaded in {local}"
+    how = f"HF_HUB_OFFLINE=1: streaming {what} from the {len(files)} Parquet file(s) downloaded in {local}"
+    return SplitFiles.of_parquet(split, [str(local / f) for f in files]), how
+
+
+@dataclass
+class SplitFiles:
+    """One split as its resolved data files (a Hub split's, or one local file), streamed in file order or, for
+    Parquet files, in any order.
+
+    ``stream()`` is the split in file order (made once, then reused); ``stream(order)`` reads the files in `order`
+    (a permutation of ``range(num_files)``) with the ``parquet`` builder and the split's features, so every order
+    yields the same columns. A split whose files are not Parquet is only read in file order (`reorderable`).
+    """
+
+    split: str
+    files: list[str]  # hf://datasets/NAME@SHA/... or paths in the local cache
+    open_in_file_order: Callable[[], Any]
+    features: Any = None  # datasets.Features of the split (None: read from the Parquet schema)
+    reorderable: bool = True
+    _in_file_order: Any = field(default=None, repr=False)
+
+    @classmethod
+    def of_parquet(cls, split: str, files: list[str]) -> SplitFiles:
+        return cls(split, files, lambda: _stream_parquet(split, files, None))
+
+    @property
+    def num_files(self) -> int:
+        return len(self.files)
+
+    def stream(self, order: Sequence[int] | None = None):
+        """A streaming `datasets.IterableDataset` of the split, its files read in `order` (None: file order)."""
+        if order is None:
+            if self._in_file_order is None:
+                self._in_file_order = self.open_in_file_order()
+            return self._in_file_order
+        if sorted(order) != list(range(self.num_files)):
+            raise ValueError(f"not an order of the {self.num_files} files of split {self.split!r}: {list(order)}")
+        if not self.reorderable:
+            raise ValueError(f"the files of split {self.split!r} are not Parquet: they are read in file order only")
+        return _stream_parquet(self.split, [self.files[i] for i in order], self.features)
+
+
+def _stream_parquet(split: str, files: list[str], features: Any):
+    import datasets
+
+    return datasets.load_dataset("parquet", data_files={split: files}, split=split, features=features, streaming=True)
 
 
 def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split: str) -> tuple[Any, str]:
-    """Stream one split of a Hub dataset: ``(datasets.IterableDataset, how)``, `how` a sentence for the log.
+    """Stream one split of a Hub dataset: ``(datasets.IterableDataset, how)``, `how` a sentence for the log
+    (`open_hub_split`, in the repo's file order)."""
+    split_files, how = open_hub_split(dataset_name, dataset_config_name, split)
+    return split_files.stream(), how
+
+
+def open_hub_split(dataset_name: str, dataset_config_name: str | None, split: str) -> tuple[SplitFiles, str]:
+    """Open one split of a Hub dataset to stream: ``(SplitFiles, how)``, `how` a sentence for the log.
 
     The Hub is asked once first (`HfApi.dataset_info`), so an unreachable endpoint is one `HubDatasetError` within
     seconds (``load_dataset`` would retry each file for ~25 s, warning each time). A repo that still holds a loading
@@ -300,7 +350,8 @@ def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split
     Parquet files of the split (by the card's YAML ``configs:``, else ``<config>/<split>-*``) are then streamed with
     the ``parquet`` builder, pinned to the revision just asked, and `how` says so. Offline (``HF_HUB_OFFLINE=1``),
     where ``datasets`` streams nothing, the Parquet files of a copy downloaded before
-    (``hf download --repo-type dataset NAME``) are streamed from the local cache.
+    (``hf download --repo-type dataset NAME``) are streamed from the local cache. The split's data files are
+    resolved here, so its `SplitFiles` streams them in any order (``SplitFiles.stream(order)``) without asking again.
     """
     import datasets
     from huggingface_hub import HfApi, constants
@@ -321,11 +372,17 @@ def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split
                 "set HF_HUB_OFFLINE=1 to stream a copy downloaded before, or pass local files with --train_file"
             ) from None
     try:
-        dataset = datasets.load_dataset(dataset_name, dataset_config_name, split=split, streaming=True)
-        return dataset, f"Streaming {what} from {constants.ENDPOINT} with datasets' loader for the repo"
+        # = load_dataset(..., streaming=True), keeping the builder's resolved data files
+        builder = datasets.load_dataset_builder(dataset_name, dataset_config_name)
+        files = list((builder.config.data_files or {}).get(split) or [])
+        split_files = SplitFiles(split, files, lambda: builder.as_streaming_dataset(split=split),
+                                 reorderable=builder.name == "parquet" and bool(files))  # fmt: skip
+        split_files.stream()  # a missing split fails here
+        split_files.features = builder.info.features  # known now (from the card or the first file's schema)
+        return split_files, f"Streaming {what} from {constants.ENDPOINT} with datasets' loader for the repo"
     except Exception as error:  # missing config or split, offline without a cache... many exception types
         if info is None:
-            return _stream_downloaded_copy(dataset_name, dataset_config_name, split, what, _first_line(error))
+            return _downloaded_copy(dataset_name, dataset_config_name, split, what, _first_line(error))
         if _SCRIPT_REFUSED not in str(error):
             raise HubDatasetError(
                 f"cannot stream {what} from the Hub: {_first_line(error)} — pass local files with --train_file instead"
@@ -339,12 +396,13 @@ def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split
             f"and no Parquet files of config {dataset_config_name!r}, split {split!r}"
         )
     urls = [f"hf://datasets/{dataset_name}@{info.sha}/{f}" for f in files]
+    split_files = SplitFiles.of_parquet(split, urls)
     try:
-        dataset = datasets.load_dataset("parquet", data_files={split: urls}, split=split, streaming=True)
+        split_files.stream()
     except Exception as error:
         raise HubDatasetError(f"cannot stream the Parquet files of {what}: {_first_line(error)}") from error
     shown = files[0] if len(files) == 1 else f"{files[0]} ... {files[-1]}"
-    return dataset, (
+    return split_files, (
         f"{dataset_name!r} holds a loading script ({script}), which datasets {datasets.__version__} does not run: "
         f"streaming its {len(files)} Parquet file(s) of {what} instead (data_files {shown} at {info.sha[:12]})"
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 from accelerate.logging import get_logger
+from nanoformer.tokenization.corpus import RowParser, SplitFiles
 from nanoformer.training.common import LoopState, resume
 from nanoformer.training.data import (
     DataSourceError,
@@ -17,8 +18,10 @@ from nanoformer.training.data import (
     bucket_into_batches,
     malformed_count,
     open_translation_source,
+    open_translation_split,
     pad_batch,
     read_pairs,
+    shard_order,
 )
 from nanoformer.training.mt_evaluation import zh_script_converter
 from transformers import AutoTokenizer
@@ -27,8 +30,8 @@ logger = get_logger(__name__)  # logs on the main process only
 PREFETCH_BATCHES = 256
 
 
-def open_train_source(args):
-    return open_translation_source(
+def open_train_source(args) -> tuple[SplitFiles, RowParser]:
+    return open_translation_split(
         data_file=args.train_file,
         dataset_name=args.dataset_name,
         dataset_config_name=args.dataset_config_name,
@@ -39,7 +42,8 @@ def open_train_source(args):
 
 
 def load_or_train_tokenizer(args, accelerator, resuming: bool):
-    """--tokenizer_name, else the model's, else one trained on the first training pairs (saved in output_dir)."""
+    """--tokenizer_name, else the model's, else one trained on the first training pairs of epoch 0's file order (saved
+    in output_dir)."""
     name = args.tokenizer_name or args.model_name_or_path
     if name:
         try:
@@ -56,7 +60,8 @@ def load_or_train_tokenizer(args, accelerator, resuming: bool):
     if accelerator.is_main_process:
         from nanoformer.tokenization import train_bpe_tokenizer
 
-        dataset, parser = open_train_source(args)
+        train_files, parser = open_train_source(args)
+        dataset = train_files.stream(epoch_shard_order(args, train_files, 0))  # the pairs epoch 0 starts with
         to_script = zh_script_converter(args.zh_script)
 
         def texts():
@@ -112,27 +117,62 @@ def load_validation(args, tokenizer, to_script) -> tuple[list[tuple[str, str]], 
     return pairs, batches
 
 
-def training_batches(args, accelerator, dataset, parser, tokenizer, to_script, state: LoopState, checkpoint):
-    """The resumable batch stream of this process, restored from `checkpoint`, read ahead in a thread.
+def epoch_shard_order(args, train_files: SplitFiles, epoch: int) -> list[int] | None:
+    """The file order of `epoch` (`shard_order` of --seed; with --max_train_samples every epoch reads the first
+    epoch's rows), or None (file order): --no_shuffle_shards, one file, or files that are not Parquet."""
+    if not args.shuffle_shards or train_files.num_files < 2 or not train_files.reorderable:
+        return None
+    return shard_order(train_files.num_files, args.seed, 0 if args.max_train_samples else epoch)
 
-    Returns the prefetching iterator (for its wait time and `close`) and an iterator of ``(batch, stream state)``
-    starting with the first batch: a source that fails on first read (offline Hub...) is a one-line error here.
-    """
+
+def train_rows(args, train_files: SplitFiles, epoch: int):
+    """The training rows of `epoch`, all processes together: the files in `epoch_shard_order`, --max_train_samples."""
+    dataset = train_files.stream(epoch_shard_order(args, train_files, epoch))
     if args.max_train_samples:
         dataset = dataset.take(args.max_train_samples)  # rows of the file or Hub split (malformed ones included)
-    if accelerator.num_processes > 1:
-        from datasets.distributed import split_dataset_by_node
+    return dataset
 
-        shards = dataset.num_shards
-        dataset = split_dataset_by_node(dataset, rank=accelerator.process_index, world_size=accelerator.num_processes)
-        if shards % accelerator.num_processes == 0:
+
+def process_rows(args, train_files: SplitFiles, epoch: int, rank: int, world_size: int):
+    """The rows process `rank` of `world_size` streams in `epoch`: its part (``split_dataset_by_node``) of
+    `train_rows`, whose file order is the same on every process, so the parts are disjoint and cover the epoch."""
+    dataset = train_rows(args, train_files, epoch)
+    order = epoch_shard_order(args, train_files, epoch)
+    if order is not None and (epoch == 0 or not args.max_train_samples):
+        every = " (every epoch: --max_train_samples)" if args.max_train_samples else ""
+        logger.info(f"epoch {epoch}{every} reads the {len(order)} training files in the order {order}, drawn from "
+                    f"--seed {args.seed} (--no_shuffle_shards: file order)")  # fmt: skip
+    if world_size == 1:
+        return dataset
+    from datasets.distributed import split_dataset_by_node
+
+    shards = dataset.num_shards
+    dataset = split_dataset_by_node(dataset, rank=rank, world_size=world_size)
+    if epoch == 0:
+        if shards % world_size == 0:
             how = f"its own {dataset.num_shards} of the {shards} shards"
-        else:  # datasets then reads every shard and keeps every num_processes-th row
-            how = f"every {accelerator.num_processes}th row of all {shards} shards (not divisible by the processes)"
-        logger.info(f"process {accelerator.process_index} of {accelerator.num_processes} streams {how}",
-                    main_process_only=False)  # fmt: skip
+        else:  # datasets then reads every shard and keeps every world_size-th row
+            how = f"every {world_size}th row of all {shards} shards (not divisible by the processes)"
+        logger.info(f"process {rank} of {world_size} streams {how}", main_process_only=False)
+    return dataset
+
+
+def training_batches(args, accelerator, train_files: SplitFiles, parser, tokenizer, to_script, state: LoopState,
+                     checkpoint):  # fmt: skip
+    """The resumable batch stream of this process, restored from `checkpoint`, read ahead in a thread.
+
+    Each epoch streams the training files in its `epoch_shard_order` (logged), this process's part of them. Returns
+    the prefetching iterator (for its wait time and `close`) and an iterator of ``(batch, stream state)`` starting
+    with the first batch: a source that fails on first read (offline Hub...) is a one-line error here.
+    """
+    if train_files.num_files > 1 and not train_files.reorderable and args.shuffle_shards:
+        logger.warning(f"the {train_files.num_files} training files are not Parquet: read in file order every epoch")
+
+    def rows_of_epoch(epoch: int):
+        return process_rows(args, train_files, epoch, accelerator.process_index, accelerator.num_processes)
+
     stream = TranslationBatchStream(
-        dataset,
+        rows_of_epoch,
         parser,
         tokenizer,
         max_tokens=args.max_tokens_per_batch,
@@ -142,6 +182,7 @@ def training_batches(args, accelerator, dataset, parser, tokenizer, to_script, s
         shuffle_buffer_size=args.shuffle_buffer_size,
         seed=args.seed + accelerator.process_index,
         target_transform=to_script,
+        epoch_order=lambda epoch: epoch_shard_order(args, train_files, epoch),
     )
     saved = resume(accelerator, checkpoint, state, stream)
     # The stream cuts half its shuffle buffer into batches at once, then refills that half (5,000 pairs by default,

@@ -117,6 +117,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Pairs in the shuffle/bucketing buffer (a file sorted by length needs one as large as the file).",
     )
     data.add_argument(
+        "--shuffle_shards",
+        action="store_true",
+        default=True,
+        help="Read the Parquet files of a Hub split in an order drawn from --seed, another each epoch (with "
+        "--max_train_samples: the first epoch's, every epoch).",
+    )
+    data.add_argument(
+        "--no_shuffle_shards",
+        dest="shuffle_shards",
+        action="store_false",
+        default=argparse.SUPPRESS,
+        help="Read the files of the split in file order, every epoch.",
+    )
+    data.add_argument(
         "--vocab_size",
         type=positive_int,
         default=None,
@@ -309,7 +323,7 @@ def train(args: argparse.Namespace) -> dict:
 def _train(args: argparse.Namespace, accelerator, run_start: float) -> dict:
     set_seed(args.seed)
     to_script = zh_script_converter(args.zh_script)
-    dataset, parser = open_train_source(args)  # first, so a missing file or unreachable Hub fails before anything else
+    train_files, parser = open_train_source(args)  # first, so a missing file or unreachable Hub fails before the rest
     tokenizer = load_or_train_tokenizer(args, accelerator, resuming=args.checkpoint is not None)
     try:
         model = build_model(args, tokenizer)
@@ -327,7 +341,7 @@ def _train(args: argparse.Namespace, accelerator, run_start: float) -> dict:
     accelerator.register_for_checkpointing(scheduler)
     state = common.LoopState()
     prefetch, batches, saved = training_batches(
-        args, accelerator, dataset, parser, tokenizer, to_script, state, args.checkpoint
+        args, accelerator, train_files, parser, tokenizer, to_script, state, args.checkpoint
     )
     first_batch_seconds = time.perf_counter() - run_start  # start-up: data source, tokenizer, model, first batch
     logger.info(f"First training batch ready {first_batch_seconds:.1f}s after start")

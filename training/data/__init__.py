@@ -3,12 +3,13 @@ bucketing), `stream` (the resumable, shuffled batch stream and its counters), `p
 
 from nanoformer.training.data.batching import bucket_into_batches, pad_batch
 from nanoformer.training.data.prefetch import PrefetchIterator
-from nanoformer.training.data.source import DataSourceError, open_translation_source, read_pairs
+from nanoformer.training.data.source import DataSourceError, open_translation_source, open_translation_split, read_pairs
 from nanoformer.training.data.stream import (
     TranslationBatchStream,
     describe_counters,
     malformed_count,
     reduce_counters,
+    shard_order,
     skipped_rows,
 )
 
@@ -20,8 +21,10 @@ __all__ = [
     "describe_counters",
     "malformed_count",
     "open_translation_source",
+    "open_translation_split",
     "pad_batch",
     "read_pairs",
     "reduce_counters",
+    "shard_order",
     "skipped_rows",
 ]

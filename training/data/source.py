@@ -18,7 +18,8 @@ from nanoformer.tokenization.corpus import (
     JSON_SUFFIXES,
     HubDatasetError,
     RowParser,
-    stream_hub_dataset,
+    SplitFiles,
+    open_hub_split,
 )
 from nanoformer.training.arguments import UsageError
 
@@ -40,9 +41,29 @@ def open_translation_source(
     target_lang: str,
     flag: str = "--train_file",
 ):
-    """Open a streaming `datasets.IterableDataset` of raw rows and the `RowParser` for them.
+    """Open a streaming `datasets.IterableDataset` of raw rows and the `RowParser` for them (`open_translation_split`,
+    files in file order)."""
+    split_files, parser = open_translation_split(
+        data_file=data_file, dataset_name=dataset_name, dataset_config_name=dataset_config_name, split=split,
+        source_lang=source_lang, target_lang=target_lang, flag=flag,
+    )  # fmt: skip
+    return split_files.stream(), parser
 
-    A local `data_file` takes precedence over `dataset_name`; a Hub dataset is opened by `stream_hub_dataset` (which
+
+def open_translation_split(
+    *,
+    data_file: str | None,
+    dataset_name: str | None,
+    dataset_config_name: str | None,
+    split: str,
+    source_lang: str,
+    target_lang: str,
+    flag: str = "--train_file",
+) -> tuple[SplitFiles, RowParser]:
+    """Open the data files of a split (`SplitFiles`: streamed in file order, or a Hub split's Parquet files in any
+    order) and the `RowParser` for its rows.
+
+    A local `data_file` takes precedence over `dataset_name`; a Hub dataset is opened by `open_hub_split` (which
     streams the Parquet files of a repo that still holds a loading script) and how is logged. Raises
     `DataSourceError` with a one-line message for a missing or unsupported file, or a Hub dataset that cannot be
     loaded (an unreachable Hub names the endpoint, within seconds).
@@ -57,19 +78,23 @@ def open_translation_source(
         if suffix not in LOCAL_SUFFIXES:
             raise DataSourceError(f"{flag} {data_file}: unsupported file type {suffix!r} (use .jsonl, .tsv or .csv)")
         parser = RowParser.for_file(path, source_lang, target_lang)
-        # keep_linebreaks=False: a row is the line without its newline.
-        dataset = datasets.load_dataset(
-            "text", data_files={split: str(path)}, split=split, streaming=True, encoding_errors=ENCODING_ERRORS
-        )
-        return dataset, parser
+
+        def lines():  # keep_linebreaks=False: a row is the line without its newline.
+            return datasets.load_dataset(
+                "text", data_files={split: str(path)}, split=split, streaming=True, encoding_errors=ENCODING_ERRORS
+            )
+
+        split_files = SplitFiles(split, [str(path)], lines, reorderable=False)
+        split_files.stream()  # opened now, as before
+        return split_files, parser
     if not dataset_name:
         raise DataSourceError(f"no data: pass {flag} (a local .jsonl/.tsv/.csv file) or --dataset_name")
     try:
-        dataset, how = stream_hub_dataset(dataset_name, dataset_config_name, split)
+        split_files, how = open_hub_split(dataset_name, dataset_config_name, split)
     except HubDatasetError as error:
         raise DataSourceError(str(error).replace("--train_file", flag)) from None
     logger.info(how)
-    return dataset, RowParser("hub", source_lang, target_lang)
+    return split_files, RowParser("hub", source_lang, target_lang)
 
 
 def read_pairs(

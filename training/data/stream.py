@@ -24,10 +24,16 @@ The stream repeats (epochs) forever; the trainer stops on ``--max_train_steps``/
 buffer and of the batches cut but not yet emitted, the shuffling RNG and the counters, all as they were right after the
 last batch the trainer consumed (batches prefetched but not consumed are produced again). A resumed run therefore sees
 the same batches, in the same order, as an uninterrupted one. We use no ``datasets`` shuffle buffer — its contents are
-not saved and would be refilled with new rows on resume, losing the rows that were in it. Shards are read in file
-order in every epoch (no ``datasets`` shuffling at all), so a corpus stored grouped by source is only mixed within
-our shuffle buffer. With several shards a resume continues in the shard it stopped in and reads on across the shard
-boundaries (tests/test_hub_streaming.py checks it against an uninterrupted run).
+not saved and would be refilled with new rows on resume, losing the rows that were in it.
+
+**Shard order.** A Hub split stored as several Parquet files is grouped by sub-corpus (``wmt/wmt19`` zh-en: news
+commentary, then wikititles, the UN corpus...), which a 10k-pair buffer cannot mix. With ``dataset`` a function of
+the epoch, the trainer (`mt_setup.py`) streams epoch ``e`` with the files in the order `shard_order` draws from the
+seed and ``e`` (the same on every process, before ``split_dataset_by_node``): the same seed gives the same orders,
+each epoch another. The state saves the epoch's order (``file_order``); a resume checks it against its own
+`epoch_order`, rebuilds that order, then loads the ``datasets`` position in it, so it continues in the shard it
+stopped in and reads on across the shard boundaries (tests/test_hub_streaming.py checks it against an uninterrupted
+run).
 Not restored: nothing else. A checkpoint is only valid for the same data files, tokenizer and data arguments.
 """
 
@@ -69,7 +75,7 @@ class TranslationBatchStream:
 
     def __init__(
         self,
-        dataset,
+        dataset: Any,  # a datasets.IterableDataset, or a function of the epoch returning that epoch's one
         parser: RowParser,
         tokenizer,
         *,
@@ -81,6 +87,7 @@ class TranslationBatchStream:
         seed: int = 0,
         target_transform: Callable[[str], str] | None = None,
         tokenize_chunk: int = 512,
+        epoch_order: Callable[[int], list[int] | None] | None = None,
     ) -> None:
         if overlong not in ("truncate", "drop"):
             raise ValueError(f"overlong must be 'truncate' or 'drop', got {overlong!r}")
@@ -100,6 +107,7 @@ class TranslationBatchStream:
         self.target_transform = target_transform
         self.tokenize_chunk = tokenize_chunk
         self.eos_token_id = tokenizer.eos_token_id
+        self.epoch_order = epoch_order  # the file order of an epoch (None: file order), saved and checked on resume
         self.state = _StreamState()
         self.rng = random.Random(seed)
 
@@ -113,10 +121,24 @@ class TranslationBatchStream:
             "pending": list(self.state.pending),
             "rng": [rng[0], list(rng[1]), rng[2]],
             "counters": dict(self.state.counters),
+            "file_order": self.epoch_order(self.state.epoch) if self.epoch_order else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a state yielded with a batch (call before iterating)."""
+        """Continue from a state yielded with a batch (call before iterating). A state saved while reading the
+        files in another order than this stream's `epoch_order` of its epoch (another --seed or --shuffle_shards;
+        checkpoints before the shard order read them in file order) is refused in one line."""
+        saved_order = state.get("file_order")
+        order = self.epoch_order(state["epoch"]) if self.epoch_order else None
+        if saved_order != order:
+            def say(o: list[int] | None) -> str:
+                return "in file order" if o is None else f"in the order {o}"
+
+            raise DataSourceError(
+                f"the checkpoint's data stream read epoch {state['epoch']}'s training files {say(saved_order)}, this "
+                f"run reads them {say(order)}: resume with the checkpoint's --seed and --shuffle_shards or "
+                "--no_shuffle_shards"
+            )
         self.state = _StreamState(
             dataset=state["dataset"],
             epoch=state["epoch"],
@@ -179,19 +201,20 @@ class TranslationBatchStream:
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
         state = self.state
-        rows_iter = None
+        rows_iter, dataset = None, None
         while True:
             while state.pending:
                 pairs = state.pending.pop()
                 state.counters["pairs"] += len(pairs)
                 yield pad_batch(pairs, self.tokenizer.pad_token_id), self._snapshot()
             if rows_iter is None:
-                self.dataset.set_epoch(state.epoch)
+                dataset = self.dataset(state.epoch) if callable(self.dataset) else self.dataset
+                dataset.set_epoch(state.epoch)
                 if state.dataset is not None:
-                    self.dataset.load_state_dict(state.dataset)
-                rows_iter = iter(self.dataset)
+                    dataset.load_state_dict(state.dataset)
+                rows_iter = iter(dataset)
             rows = list(islice(rows_iter, self.tokenize_chunk))
-            state.dataset = self.dataset.state_dict()
+            state.dataset = dataset.state_dict()
             if rows:
                 self._add_rows(rows)
                 if len(state.buffer) >= self.shuffle_buffer_size:
@@ -213,6 +236,14 @@ class TranslationBatchStream:
             state.epoch += 1
             state.dataset = None
             rows_iter = None
+
+
+def shard_order(num_files: int, seed: int, epoch: int) -> list[int]:
+    """The order in which epoch `epoch` reads the `num_files` files of a split: a permutation drawn from `seed` and
+    `epoch` alone (the same on every process and after a resume; another one each epoch)."""
+    order = list(range(num_files))
+    random.Random(f"shard order {seed} {epoch}").shuffle(order)
+    return order
 
 
 def malformed_count(counters: Counter | dict) -> int:
