@@ -385,6 +385,10 @@ def test_tokenizer_cli_streams_the_hub_dataset(hubs, tmp_path):
            "--output_dir", str(tmp_path / "tok")]  # fmt: skip
     result = run(cmd, env)
     assert SCRIPT_NOTE in result.stderr and "read 700 rows" in result.stderr
+    # the files in train_mt's epoch-0 order for the same --seed (its own tokenizer pass reads the same pairs)
+    assert f"reading the 4 files in the order {EPOCH_0_ORDER}, drawn from --seed {SEED}" in result.stderr
+    in_file_order = run(cmd[:-1] + [str(tmp_path / "tok-file-order"), "--no_shuffle_shards"], env)
+    assert "read 700 rows" in in_file_order.stderr and "files in the order" not in in_file_order.stderr
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
     assert len(tokenizer) == 300
     assert tokenizer.decode(tokenizer("今天天气很好。")["input_ids"], skip_special_tokens=True) == "今天天气很好。"

@@ -54,6 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--target_lang", default="zh")
     train.add_argument("--vocab_size", type=positive_int, default=37000, help="exact size, 4 specials included (default: 37000)")
     train.add_argument("--max_train_samples", type=positive_int, help="read at most this many pairs (or lines)")
+    train.add_argument("--seed", type=int, default=42, help="a Hub split's Parquet files are read in an order drawn from "
+                       "it, the one train_mt.py --seed starts with (default: 42, train_mt's)")
+    train.add_argument("--no_shuffle_shards", dest="shuffle_shards", action="store_false",
+                       help="read a Hub split's files in file order")
     train.add_argument("--model_max_length", type=positive_int, default=1024, help="length truncation=True cuts to")
     train.add_argument("--output_dir", required=True)
 
@@ -80,6 +84,7 @@ def _training_texts(args: argparse.Namespace, stats: CorpusStats) -> Iterator[st
                 args.target_lang,
                 split=args.dataset_split,
                 stats=stats,
+                shard_seed=args.seed if args.shuffle_shards else None,
             )
         ]
     else:

@@ -20,6 +20,7 @@ import csv
 import json
 import logging
 import os
+import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -334,6 +335,14 @@ def _stream_parquet(split: str, files: list[str], features: Any):
     return datasets.load_dataset("parquet", data_files={split: files}, split=split, features=features, streaming=True)
 
 
+def shard_order(num_files: int, seed: int, epoch: int) -> list[int]:
+    """The order in which epoch `epoch` reads the `num_files` files of a split: a permutation drawn from `seed` and
+    `epoch` alone (the same on every process and after a resume; another one each epoch)."""
+    order = list(range(num_files))
+    random.Random(f"shard order {seed} {epoch}").shuffle(order)
+    return order
+
+
 def stream_hub_dataset(dataset_name: str, dataset_config_name: str | None, split: str) -> tuple[Any, str]:
     """Stream one split of a Hub dataset: ``(datasets.IterableDataset, how)``, `how` a sentence for the log
     (`open_hub_split`, in the repo's file order)."""
@@ -416,17 +425,23 @@ def read_hub_translation_pairs(
     *,
     split: str = "train",
     stats: CorpusStats | None = None,
+    shard_seed: int | None = None,
 ) -> Iterator[tuple[str, str]]:
     """Stream `(source, target)` pairs from a Hub dataset with a `translation` column (e.g. `wmt/wmt19`, `zh-en`).
 
-    The dataset is opened at call time (`stream_hub_dataset`, which logs how), so a `HubDatasetError` (a
+    The dataset is opened at call time (`open_hub_split`, which logs how), so a `HubDatasetError` (a
     `ConnectionError`, with a hint to use a local `--train_file`) is raised before any pair is read when the Hub
-    cannot be reached.
+    cannot be reached. With `shard_seed`, Parquet files are read in `shard_order(n, shard_seed, 0)`, the order
+    `train_mt.py --seed shard_seed` starts its first epoch with (its own tokenizer pass reads the same pairs).
     """
     stats = stats if stats is not None else CorpusStats()
-    dataset, how = stream_hub_dataset(dataset_name, dataset_config_name, split)
+    split_files, how = open_hub_split(dataset_name, dataset_config_name, split)
     logger.info(how)
-    return _hub_pairs(dataset, source_lang, target_lang, stats)
+    order = None
+    if shard_seed is not None and split_files.reorderable and split_files.num_files > 1:
+        order = shard_order(split_files.num_files, shard_seed, 0)
+        logger.info(f"reading the {split_files.num_files} files in the order {order}, drawn from --seed {shard_seed}")
+    return _hub_pairs(split_files.stream(order), source_lang, target_lang, stats)
 
 
 def _hub_pairs(dataset, source_lang: str, target_lang: str, stats: CorpusStats) -> Iterator[tuple[str, str]]:

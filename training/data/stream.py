@@ -47,7 +47,7 @@ from itertools import islice
 from typing import Any
 
 import torch
-from nanoformer.tokenization.corpus import RowParser
+from nanoformer.tokenization.corpus import RowParser, shard_order  # noqa: F401  (re-exported)
 from nanoformer.training.data.batching import bucket_into_batches, pad_batch
 from nanoformer.training.data.source import DataSourceError
 
@@ -236,14 +236,6 @@ class TranslationBatchStream:
             state.epoch += 1
             state.dataset = None
             rows_iter = None
-
-
-def shard_order(num_files: int, seed: int, epoch: int) -> list[int]:
-    """The order in which epoch `epoch` reads the `num_files` files of a split: a permutation drawn from `seed` and
-    `epoch` alone (the same on every process and after a resume; another one each epoch)."""
-    order = list(range(num_files))
-    random.Random(f"shard order {seed} {epoch}").shuffle(order)
-    return order
 
 
 def malformed_count(counters: Counter | dict) -> int:
