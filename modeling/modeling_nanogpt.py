@@ -29,7 +29,7 @@ from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_nanogpt import NanoGPTConfig
-from .layers import eager_attention_forward
+from .layers import KnownSignaturesGenerationMixin, eager_attention_forward
 
 
 def make_norm(config: NanoGPTConfig) -> nn.Module:
@@ -347,7 +347,7 @@ class NanoGPTModel(NanoGPTPreTrainedModel):
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, cache=cache if use_cache else None)
 
 
-class NanoGPTForCausalLM(NanoGPTPreTrainedModel, GenerationMixin):
+class NanoGPTForCausalLM(NanoGPTPreTrainedModel, KnownSignaturesGenerationMixin, GenerationMixin):
     """NanoGPT with a language-modelling head tied to the token embedding; use it like `GPT2LMHeadModel`."""
 
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}

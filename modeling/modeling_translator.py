@@ -37,7 +37,7 @@ from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_translator import TranslatorConfig
-from .layers import eager_attention_forward
+from .layers import KnownSignaturesGenerationMixin, eager_attention_forward
 
 # Imported so that `save_pretrained` copies the pipeline file next to this one (it follows single-dot imports);
 # `config.custom_pipelines` points `pipeline("translation", ...)` at it.
@@ -579,7 +579,7 @@ class TranslatorModel(TranslatorPreTrainedModel):
         )
 
 
-class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, GenerationMixin):
+class TranslatorForConditionalGeneration(TranslatorPreTrainedModel, KnownSignaturesGenerationMixin, GenerationMixin):
     """Encoder–decoder with the output projection tied to the shared embedding; `generate()` decodes like §6.1.
 
     Loss: token-mean cross entropy over labels ≠ -100 (with `config.label_smoothing`), or the sum divided by

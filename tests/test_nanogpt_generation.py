@@ -4,7 +4,8 @@ import logging
 
 import pytest
 import torch
-from nanogpt_helpers import BLOCK, VARIANTS, prompts, sharp_model
+from nanogpt_helpers import BLOCK, VARIANTS, VOCAB, prompts, sharp_model
+from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 
 PAD = 0
 
@@ -305,3 +306,44 @@ def test_hidden_states_and_attentions_are_returned():
     assert len(out.hidden_states) == model.config.n_layer + 1 and len(out.attentions) == model.config.n_layer
     assert out.attentions[0].shape == (2, model.config.n_head, 6, 6)
     assert len(from_config.hidden_states) == model.config.n_layer + 1
+
+
+class BanToken(LogitsProcessor):
+    """A user's processor: forbids one token."""
+
+    def __init__(self, token: int):
+        self.token = token
+
+    def __call__(self, input_ids, scores):
+        return scores.masked_fill(torch.arange(scores.shape[-1]) == self.token, -float("inf"))
+
+
+class NeedsStep(LogitsProcessor):
+    """A processor with an extra argument, which LogitsProcessorList passes as a keyword."""
+
+    def __call__(self, input_ids, scores, step):
+        return scores + step
+
+
+def test_logits_processors_are_applied_as_transformers_does_with_signatures_read_once(monkeypatch):
+    from nanoformer.modeling import layers
+
+    scores = torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(0))
+    ids = prompts(2, 4)
+    processors = [TemperatureLogitsWarper(0.7), TopKLogitsWarper(5), BanToken(3), NeedsStep()]
+    ours, theirs = layers.LogitsProcessorsWithKnownSignatures(processors), LogitsProcessorList(processors)
+    torch.testing.assert_close(ours(ids, scores, step=1.5), theirs(ids, scores, step=1.5))
+    for processor_list in (ours, theirs):
+        with pytest.raises(ValueError, match="required parameters"):
+            processor_list(ids, scores)
+    lookups = []
+    real_signature = layers.inspect.signature
+    monkeypatch.setattr(layers.inspect, "signature", lambda obj: lookups.append(obj) or real_signature(obj))
+    ours(ids, scores, step=1.0)
+    assert lookups == []  # every class was seen above: nothing is inspected again
+
+
+def test_generate_applies_a_users_logits_processor(model):
+    out = model.generate(prompts(2, 3), max_new_tokens=3 * BLOCK, do_sample=True, top_k=0, pad_token_id=PAD,
+                         logits_processor=LogitsProcessorList([BanToken(5)]))  # fmt: skip
+    assert out.shape == (2, 3 + 3 * BLOCK) and not (out[:, 3:] == 5).any()
