@@ -96,8 +96,12 @@ def _training_texts(args: argparse.Namespace, stats: CorpusStats) -> Iterator[st
             else:
                 sources.append((line,) for line in read_text_lines(path, stats=stats))
     rows = itertools.islice(itertools.chain.from_iterable(sources), args.max_train_samples)
-    for row in tqdm(rows, desc="reading", unit=" rows", total=args.max_train_samples):
-        yield from row
+    try:
+        for row in tqdm(rows, desc="reading", unit=" rows", total=args.max_train_samples):
+            yield from row
+    finally:  # a source stopped midway (--max_train_samples) closes its reader now, not at interpreter exit
+        for source in sources:
+            getattr(source, "close", lambda: None)()
 
 
 def run(args: argparse.Namespace) -> None:

@@ -23,6 +23,7 @@ import os
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -446,10 +447,27 @@ def read_hub_translation_pairs(
 
 def _hub_pairs(dataset, source_lang: str, target_lang: str, stats: CorpusStats) -> Iterator[tuple[str, str]]:
     parser = RowParser("hub", source_lang, target_lang)
-    for row in dataset:
-        pair = parser(row)
-        if isinstance(pair, str):
-            stats.skip(pair)
-            continue
-        stats.rows += 1
-        yield pair
+    with closing_rows(dataset) as rows:
+        for row in rows:
+            pair = parser(row)
+            if isinstance(pair, str):
+                stats.skip(pair)
+                continue
+            stats.rows += 1
+            yield pair
+
+
+@contextmanager
+def closing_rows(dataset) -> Iterator[Iterator]:
+    """Iterate a streaming dataset and close its reader when done, also when stopped midway (`--max_train_samples`).
+
+    A stream left suspended in the middle of a Parquet file keeps pyarrow reading ahead; if nothing closes it before
+    the interpreter exits, the process can abort at exit ("terminate called without an active exception").
+    """
+    rows = iter(dataset)
+    try:
+        yield rows
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 from accelerate.logging import get_logger
-from nanoformer.tokenization.corpus import RowParser, SplitFiles
+from nanoformer.tokenization.corpus import RowParser, SplitFiles, closing_rows
 from nanoformer.training.common import LoopState, resume
 from nanoformer.training.data import (
     DataSourceError,
@@ -65,10 +65,11 @@ def load_or_train_tokenizer(args, accelerator, resuming: bool):
         to_script = zh_script_converter(args.zh_script)
 
         def texts():
-            pairs = (p for p in map(parser, dataset) if not isinstance(p, str))
-            for source, target in islice(pairs, args.tokenizer_train_samples):
-                yield source
-                yield to_script(target) if to_script else target
+            with closing_rows(dataset) as rows:  # the reader is closed once enough pairs are read
+                pairs = (p for p in map(parser, rows) if not isinstance(p, str))
+                for source, target in islice(pairs, args.tokenizer_train_samples):
+                    yield source
+                    yield to_script(target) if to_script else target
 
         logger.info(f"Training a BPE tokenizer (vocab {args.vocab_size}) on up to {args.tokenizer_train_samples} pairs")
         train_bpe_tokenizer(texts(), vocab_size=args.vocab_size).save_pretrained(saved)
