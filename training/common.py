@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -249,6 +250,15 @@ def check_common_arguments(args: argparse.Namespace, parser: argparse.ArgumentPa
 def looks_local(name: str) -> bool:
     """Whether a model/tokenizer name is meant as a local folder rather than a Hub id ("user/name")."""
     return Path(name).exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1
+
+
+# What the Hub accepts as a repo id ("name" or "namespace/name"); anything else can only be a local folder.
+HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
+
+
+def missing_model_folder(name: str) -> bool:
+    """Whether `name` (a --model_dir) can be neither a folder here nor a Hub repo id: a "folder not found" error."""
+    return not Path(name).expanduser().is_dir() and (looks_local(name) or not HUB_ID.match(name))
 
 
 def check_model_arguments(

@@ -60,7 +60,7 @@ from pathlib import Path
 
 import torch
 from nanoformer.training.arguments import CliParser, UsageError, positive_int, run_cli
-from nanoformer.training.common import looks_local
+from nanoformer.training.common import missing_model_folder
 
 KINDS = ("cross", "self", "encoder")
 REPLACEMENT = "\ufffd"  # what a byte-level BPE piece that is not a whole character decodes to
@@ -87,7 +87,6 @@ NO_FONT_HINT = (
     "pip install 'nanoformer[cjk]' (the noto-cjk-sans-otc font), install a system CJK font (e.g. apt-get install fonts-noto-cjk), "
     "or pass --font PATH"
 )
-HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
 
 
 @dataclass
@@ -154,9 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--text is empty: give the sentence to draw the attention of")
     if args.target is not None and not args.target.strip():
         p.error("--target is empty: give the translation to force, or leave it out")
-    if not Path(args.model_dir).expanduser().is_dir() and (
-        looks_local(args.model_dir) or not HUB_ID.match(args.model_dir)
-    ):
+    if missing_model_folder(args.model_dir):
         p.error(f"--model_dir {args.model_dir}: folder not found")
     if args.head is not None and args.head != "all":
         try:

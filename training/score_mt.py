@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections import Counter
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import torch
 from nanoformer.training.arguments import CliParser, UsageError, positive_int, run_cli
-from nanoformer.training.common import looks_local
+from nanoformer.training.common import missing_model_folder
 from nanoformer.training.data import DataSourceError, malformed_count, open_translation_source, read_pairs
 from nanoformer.training.mt_evaluation import (
     ZH_SCRIPTS,
@@ -44,9 +43,6 @@ from nanoformer.training.mt_evaluation import (
     zh_script_converter,
 )
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-# What the Hub accepts as a repo id ("name" or "namespace/name"); anything else can only be a local folder.
-HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+$")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,8 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--device", default=None, help="torch device; None = cuda if available, else cpu.")
     args = p.parse_args(argv)
-    here = Path(args.model_dir).expanduser().is_dir()
-    if not here and (looks_local(args.model_dir) or not HUB_ID.match(args.model_dir)):
+    if missing_model_folder(args.model_dir):
         p.error(f"--model_dir {args.model_dir}: folder not found")
     if args.test_file and not Path(args.test_file).is_file():
         p.error(f"--test_file {args.test_file}: file not found")
