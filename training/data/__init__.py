@@ -1,6 +1,7 @@
 """Translation data for `train_mt.py`, one job per module: `source` (open and parse), `batching` (pure padding and
 bucketing), `stream` (the resumable, shuffled batch stream and its counters), `prefetch` (read-ahead thread)."""
 
+from nanoformer.tokenization.corpus import shard_order  # the file order of each epoch, next to SplitFiles
 from nanoformer.training.data.batching import bucket_into_batches, pad_batch
 from nanoformer.training.data.prefetch import PrefetchIterator
 from nanoformer.training.data.source import DataSourceError, open_translation_source, open_translation_split, read_pairs
@@ -9,7 +10,6 @@ from nanoformer.training.data.stream import (
     describe_counters,
     malformed_count,
     reduce_counters,
-    shard_order,
     skipped_rows,
 )
 

@@ -47,7 +47,7 @@ from itertools import islice
 from typing import Any
 
 import torch
-from nanoformer.tokenization.corpus import RowParser, shard_order  # noqa: F401  (re-exported)
+from nanoformer.tokenization.corpus import RowParser
 from nanoformer.training.data.batching import bucket_into_batches, pad_batch
 from nanoformer.training.data.source import DataSourceError
 
